@@ -1,0 +1,43 @@
+# tier0 — the few targets people expect; each is a thin call of the Go tool
+# or a script.
+GO       ?= go
+PKGS     ?= ./...
+BIN      := bin
+TESTFLAGS ?= -race -timeout 28m
+export GOFLAGS := -buildvcs=false
+
+.PHONY: all build test test-short lint bench demo soak deps clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+deps:
+	./scripts/install-deps.sh
+
+# The README's test command: installs what the suite needs (as root), then
+# runs the whole suite.
+test: deps
+	$(GO) vet $(PKGS)
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+test-short:
+	$(GO) test -short $(PKGS)
+
+lint:
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+
+bench: deps build
+	./scripts/bench.sh
+
+demo: build
+	./$(BIN)/tier0 validate --site site-configs/local-5node.yaml --local --out tier0-report
+
+soak: build
+	./scripts/soak.sh
+
+clean:
+	rm -rf $(BIN) build tier0-report tier0-work
