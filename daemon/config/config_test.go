@@ -192,4 +192,3 @@ func TestParseSize(t *testing.T) {
 		t.Errorf("String = %s", s)
 	}
 }
-

@@ -47,7 +47,7 @@ func (k *checker) host(key, h string, advertise bool) {
 
 type listener struct {
 	key, node, host string
-	port           int
+	port            int
 }
 
 // validate runs every check, appending to earlier problems, then resolves
