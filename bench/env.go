@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"runtime"
+
+	"github.com/klauspost/cpuid/v2"
+	"github.com/shirou/gopsutil/v3/host"
+	"github.com/shirou/gopsutil/v3/mem"
+)
+
+// Environment describes the machine a run was measured on.
+type Environment struct {
+	Host          string `json:"host"`
+	OS            string `json:"os"`
+	Platform      string `json:"platform,omitempty"`
+	Kernel        string `json:"kernel,omitempty"`
+	Arch          string `json:"arch"`
+	CPU           string `json:"cpu"`
+	CPUVendor     string `json:"cpu_vendor,omitempty"`
+	PhysicalCores int    `json:"physical_cores"`
+	LogicalCores  int    `json:"logical_cores"`
+	MemoryBytes   uint64 `json:"memory_bytes"`
+	GoVersion     string `json:"go_version"`
+	Tier0Version  string `json:"tier0_version"`
+	Site          string `json:"site,omitempty"`
+	// Problems lists what could not be determined, and why.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// CollectEnvironment describes this machine. version is tier0's own version
+// string (the caller's build information); site is the site config's name.
+// What cannot be read is listed in Problems rather than failing.
+func CollectEnvironment(version, site string) Environment {
+	e := Environment{
+		OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version(),
+		Tier0Version: version, Site: site,
+		CPU: cpuid.CPU.BrandName, CPUVendor: cpuid.CPU.VendorString,
+		PhysicalCores: cpuid.CPU.PhysicalCores, LogicalCores: cpuid.CPU.LogicalCores,
+	}
+	if e.LogicalCores == 0 {
+		e.LogicalCores = runtime.NumCPU()
+	}
+	if e.Tier0Version == "" {
+		e.Tier0Version = "unknown"
+	}
+	if hi, err := host.Info(); err == nil {
+		e.Host, e.Platform, e.Kernel = hi.Hostname, hi.Platform+" "+hi.PlatformVersion, hi.KernelVersion
+	} else {
+		e.Problems = append(e.Problems, "host info: "+err.Error())
+	}
+	if vm, err := mem.VirtualMemory(); err == nil {
+		e.MemoryBytes = vm.Total
+	} else {
+		e.Problems = append(e.Problems, "memory: "+err.Error())
+	}
+	return e
+}
