@@ -194,15 +194,23 @@ func MeasurementFrom(res *Result, layer Layer, state State, scenario string) Mea
 }
 
 // SeriesFrom turns a result's buckets into a TimeSeries (throughput, IOPS,
-// mean and p99 latency and errors per bucket).
+// mean and p99 latency and errors per bucket). Its markers are empty; the
+// caller adds events (node killed, array moved) with Mark.
 func SeriesFrom(id string, res *Result) TimeSeries {
 	iv := res.Config.Interval
 	ts := TimeSeries{ID: id, Start: res.Start, IntervalS: iv.Seconds()}
 	for _, b := range res.Series {
+		// The last bucket is usually cut short by the end of the run: its
+		// rates are over the part of it that the run covered.
+		from := time.Duration(b.Index) * iv
+		width := iv
+		if rest := res.Elapsed - from; rest < width && rest > 0 {
+			width = rest
+		}
 		p := SeriesPoint{
-			T:         float64(b.Index) * iv.Seconds(),
-			BytesPerS: float64(b.Bytes) / iv.Seconds(),
-			IOPS:      float64(b.Ops) / iv.Seconds(),
+			T:         from.Seconds(),
+			BytesPerS: float64(b.Bytes) / width.Seconds(),
+			IOPS:      float64(b.Ops) / width.Seconds(),
 			Errors:    b.Errors,
 		}
 		if b.Latency.Count() > 0 {
