@@ -1,0 +1,753 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+)
+
+type phase int
+
+const (
+	phaseIdle       phase = iota // no node serves it; reconcile assigns one
+	phaseReleasing               // planned move: old owner is releasing
+	phaseFencing                 // new owner: CAS + reservation preempt
+	phaseAssembling              // new owner: assemble + repair
+	phaseActive                  // owner serves it, ANA optimized
+)
+
+var phaseNames = [...]string{"idle", "releasing", "fencing", "assembling", "active"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+type node struct {
+	id, domain   string
+	drives       []string
+	state        NodeState
+	lastBeat     int64
+	suspect      bool
+	draining     bool
+	slurmDrained bool
+}
+
+type member struct {
+	drive, node string
+	state       MemberState
+	progress    int
+}
+
+type array struct {
+	name     string
+	level    Level
+	home     string
+	policy   FailbackPolicy
+	members  []*member
+	owner    string
+	epoch    uint64
+	phase    phase
+	target   string // planned destination while releasing
+	from     string // owner before the current move
+	kind     string // "failover" or "handoff"
+	since    int64  // tick the current outage or move began
+	phaseAt  int64  // tick the current phase began
+	retryAt  int64  // no planned move before this tick
+	avoid    map[string]bool
+	asked    bool // failback requested by an operator
+	lastSeen ArrayState
+}
+
+// Machine is the failover state machine. It is not safe for concurrent
+// use: one goroutine calls Step, Tick and Ready.
+type Machine struct {
+	cfg        Config
+	log        *slog.Logger
+	now        int64
+	nodes      map[string]*node
+	nodeOrder  []string
+	drives     map[string]string
+	arrays     map[string]*array
+	arrayOrder []string
+	out        []Action
+}
+
+// New returns an empty machine at tick 0. log may be nil (discard).
+func New(cfg Config, log *slog.Logger) (*Machine, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Machine{
+		cfg:    cfg,
+		log:    log,
+		nodes:  map[string]*node{},
+		drives: map[string]string{},
+		arrays: map[string]*array{},
+	}, nil
+}
+
+// Now is the current tick.
+func (m *Machine) Now() int64 { return m.now }
+
+// Config returns the effective configuration (defaults filled in).
+func (m *Machine) Config() Config { return m.cfg }
+
+// Ready returns the actions decided since the last call, in the order the
+// daemon must perform them, and forgets them.
+func (m *Machine) Ready() []Action {
+	out := m.out
+	m.out = nil
+	return out
+}
+
+func (m *Machine) emit(a Action) {
+	m.log.Debug("cluster action", "tick", m.now, "action", a.String())
+	m.out = append(m.out, a)
+}
+
+// Tick advances time by one tick: lease deadlines are checked, planned
+// moves time out, and the cluster is reconciled.
+func (m *Machine) Tick() {
+	m.now++
+	for _, id := range m.nodeOrder {
+		n := m.nodes[id]
+		if n.state == NodeDown {
+			continue
+		}
+		age := m.now - n.lastBeat
+		if m.cfg.SelfFenceTicks > 0 && (m.cfg.Self == "" || m.cfg.Self == id) &&
+			n.state == NodeUp && age >= m.cfg.SelfFenceTicks {
+			m.selfFence(n, fmt.Sprintf("lease not renewed for %d ticks", age))
+		}
+		if m.cfg.LeaseTicks > 0 && age >= m.cfg.LeaseTicks {
+			m.nodeLost(n, fmt.Sprintf("no heartbeat for %d ticks", age))
+		}
+	}
+	m.reconcile()
+}
+
+// Step applies one event. It returns an error wrapping ErrUnknownNode,
+// ErrUnknownArray, ErrUnknownDrive or ErrBadConfig when the event does not
+// fit the machine's state; the state is then unchanged.
+func (m *Machine) Step(ev Event) error {
+	if err := m.step(ev); err != nil {
+		return err
+	}
+	m.reconcile()
+	return nil
+}
+
+func (m *Machine) node(id string) (*node, error) {
+	n, ok := m.nodes[id]
+	if !ok {
+		return nil, fmt.Errorf("node %q has not joined: %w", id, ErrUnknownNode)
+	}
+	return n, nil
+}
+
+func (m *Machine) array(name string) (*array, error) {
+	a, ok := m.arrays[name]
+	if !ok {
+		return nil, fmt.Errorf("array %q is not defined: %w", name, ErrUnknownArray)
+	}
+	return a, nil
+}
+
+func (m *Machine) step(ev Event) error {
+	switch e := ev.(type) {
+	case NodeJoined:
+		return m.join(e)
+	case ArrayDefined:
+		return m.define(e)
+	case Heartbeat:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		m.heartbeat(n)
+	case NodeReturned:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		m.heartbeat(n)
+	case LeaseExpired:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		m.nodeLost(n, "lease expired in the store")
+	case SelfLeaseLost:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		m.selfFence(n, "lease renewal failed")
+	case PartitionSuspected:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		if !n.suspect {
+			n.suspect = true
+			m.emit(RecordEvent{Kind: "partition-suspected", Node: n.id})
+		}
+	case PartitionCleared:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		if n.suspect {
+			n.suspect = false
+			m.emit(RecordEvent{Kind: "partition-cleared", Node: n.id})
+		}
+	case DrainRequested:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		if !n.draining {
+			n.draining = true
+			m.emit(RecordEvent{Kind: "drain", Node: n.id})
+			m.clearRetry()
+		}
+	case UndrainRequested:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		if n.draining {
+			n.draining = false
+			m.emit(RecordEvent{Kind: "undrain", Node: n.id})
+			m.clearRetry()
+		}
+	case FailbackRequested:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		a.asked, a.retryAt = true, 0
+	case FenceDone:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		if a.phase != phaseFencing || a.owner != e.Node || a.epoch != e.Epoch {
+			return nil // stale report of a superseded attempt
+		}
+		a.phase, a.phaseAt = phaseAssembling, m.now
+		absent, stale := a.resetForAssemble()
+		m.emit(Assemble{Array: a.name, Node: a.owner, Epoch: a.epoch, Degraded: absent, Stale: stale})
+	case FenceFailed:
+		return m.attemptFailed(e.Array, e.Node, e.Epoch, phaseFencing, "fence failed: "+e.Reason)
+	case AssembleFailed:
+		return m.attemptFailed(e.Array, e.Node, e.Epoch, phaseAssembling, "assemble failed: "+e.Reason)
+	case ArrayAssembled:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		if a.phase != phaseAssembling || a.owner != e.Node || a.epoch != e.Epoch {
+			return nil
+		}
+		a.phase, a.phaseAt = phaseActive, m.now
+		m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAOptimized})
+		m.emit(RecordEvent{Kind: a.kind, Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since})
+		a.avoid = nil
+		if a.owner == a.home {
+			a.asked = false
+		}
+	case OwnershipAcquired:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		if e.Epoch > a.epoch {
+			m.adopt(a, e.Node, e.Epoch)
+		}
+	case OwnershipLost:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		if e.WinnerEpoch >= a.epoch && (e.WinnerEpoch > a.epoch || e.Winner != a.owner) {
+			m.adopt(a, e.Winner, e.WinnerEpoch)
+		}
+	case Released:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		if a.owner != e.Node || a.epoch != e.Epoch {
+			return nil
+		}
+		switch a.phase {
+		case phaseReleasing:
+			t := a.target
+			if !m.eligible(t) || t == a.owner {
+				t = m.leastLoaded(a, a.owner)
+			}
+			if t == "" {
+				a.phase, a.from = phaseIdle, a.owner
+				return nil
+			}
+			m.startTakeover(a, t, "handoff")
+		case phaseActive: // a release that arrived after its move was abandoned
+			a.phase, a.from, a.since, a.kind = phaseIdle, a.owner, m.now, "handoff"
+		}
+	case ResyncDone:
+		mb, err := m.member(e.Array, e.Member)
+		if err != nil {
+			return err
+		}
+		if mb.state == MemberResyncing {
+			mb.state, mb.progress = MemberOK, 100
+		}
+	case RebuildDone:
+		mb, err := m.member(e.Array, e.Member)
+		if err != nil {
+			return err
+		}
+		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
+			mb.state, mb.progress = MemberOK, 100
+		}
+	case RebuildProgress:
+		mb, err := m.member(e.Array, e.Member)
+		if err != nil {
+			return err
+		}
+		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
+			mb.progress = max(0, min(100, e.Percent))
+		}
+	case MemberFailed:
+		mb, err := m.member(e.Array, e.Member)
+		if err != nil {
+			return err
+		}
+		if mb.state != MemberDriveFailed {
+			mb.state, mb.progress = MemberDriveFailed, 0
+			m.emit(RecordEvent{Kind: "member-failed", Array: e.Array, Node: mb.node, Message: "drive " + mb.drive})
+		}
+	case DriveReplaced:
+		if _, ok := m.drives[e.Drive]; !ok {
+			return fmt.Errorf("drive %q is not on any joined node: %w", e.Drive, ErrUnknownDrive)
+		}
+		for _, name := range m.arrayOrder {
+			for _, mb := range m.arrays[name].members {
+				if mb.drive == e.Drive && mb.state == MemberDriveFailed {
+					mb.state = MemberReplaced
+				}
+			}
+		}
+	default:
+		return fmt.Errorf("event %T: %w", ev, ErrBadConfig)
+	}
+	return nil
+}
+
+func (m *Machine) member(arrayName, drive string) (*member, error) {
+	a, err := m.array(arrayName)
+	if err != nil {
+		return nil, err
+	}
+	for _, mb := range a.members {
+		if mb.drive == drive {
+			return mb, nil
+		}
+	}
+	return nil, fmt.Errorf("drive %q is not a member of array %q: %w", drive, arrayName, ErrUnknownDrive)
+}
+
+func (m *Machine) join(e NodeJoined) error {
+	if e.Node == "" {
+		return fmt.Errorf("node with empty name: %w", ErrBadConfig)
+	}
+	if n, ok := m.nodes[e.Node]; ok {
+		m.heartbeat(n) // a re-registration is a return
+		return nil
+	}
+	for _, d := range e.Drives {
+		if other, ok := m.drives[d]; ok {
+			return fmt.Errorf("drive %q of node %q already belongs to node %q: %w", d, e.Node, other, ErrBadConfig)
+		}
+	}
+	dom := e.Domain
+	if dom == "" {
+		dom = e.Node
+	}
+	n := &node{id: e.Node, domain: dom, drives: slices.Clone(e.Drives), state: NodeUp, lastBeat: m.now}
+	m.nodes[n.id] = n
+	i, _ := slices.BinarySearch(m.nodeOrder, n.id)
+	m.nodeOrder = slices.Insert(m.nodeOrder, i, n.id)
+	for _, d := range n.drives {
+		m.drives[d] = n.id
+	}
+	m.emit(Export{Node: n.id, Drives: slices.Clone(n.drives)})
+	return nil
+}
+
+func (m *Machine) define(e ArrayDefined) error {
+	if _, ok := m.arrays[e.Name]; ok {
+		return fmt.Errorf("array %q defined twice: %w", e.Name, ErrBadConfig)
+	}
+	if e.Level != RAID5 && e.Level != RAID6 {
+		return fmt.Errorf("array %q level %d: want raid5 or raid6: %w", e.Name, int(e.Level), ErrBadConfig)
+	}
+	if len(e.Members) < e.Level.Parity()+2 {
+		return fmt.Errorf("array %q has %d members; %s needs at least %d: %w", e.Name, len(e.Members), e.Level, e.Level.Parity()+2, ErrBadConfig)
+	}
+	if _, err := m.node(e.Home); err != nil {
+		return fmt.Errorf("array %q home: %w", e.Name, err)
+	}
+	a := &array{name: e.Name, level: e.Level, home: e.Home, policy: e.Failback, kind: "assign", lastSeen: StateOffline}
+	if a.policy == "" {
+		a.policy = m.cfg.Failback
+	}
+	if a.policy != FailbackAuto && a.policy != FailbackManual {
+		return fmt.Errorf("array %q failback policy %q: want auto or manual: %w", e.Name, a.policy, ErrBadConfig)
+	}
+	seen := map[string]bool{}
+	for _, s := range e.Members {
+		owner, ok := m.drives[s.Drive]
+		if !ok {
+			return fmt.Errorf("array %q member %q: %w", e.Name, s.Drive, ErrUnknownDrive)
+		}
+		if s.Node != "" && s.Node != owner {
+			return fmt.Errorf("array %q member %q is on node %q, not %q: %w", e.Name, s.Drive, owner, s.Node, ErrBadConfig)
+		}
+		if seen[owner] {
+			return fmt.Errorf("array %q has two members on node %q: %w", e.Name, owner, ErrBadConfig)
+		}
+		seen[owner] = true
+		st := MemberOK
+		if m.nodes[owner].state == NodeDown {
+			st = MemberMissing
+		}
+		a.members = append(a.members, &member{drive: s.Drive, node: owner, state: st})
+	}
+	a.since = m.now
+	m.arrays[a.name] = a
+	i, _ := slices.BinarySearch(m.arrayOrder, a.name)
+	m.arrayOrder = slices.Insert(m.arrayOrder, i, a.name)
+	return nil
+}
+
+func (m *Machine) heartbeat(n *node) {
+	n.lastBeat = m.now
+	switch n.state {
+	case NodeDown:
+		n.state = NodeUp
+		m.emit(RecordEvent{Kind: "node-returned", Node: n.id})
+		m.emit(Export{Node: n.id, Drives: slices.Clone(n.drives)})
+		for _, name := range m.arrayOrder {
+			for _, mb := range m.arrays[name].members {
+				if mb.node == n.id && mb.state == MemberMissing {
+					mb.state, mb.progress = MemberStale, 0
+				}
+			}
+		}
+		m.clearRetry()
+	case NodeFenced:
+		// The node renewed before the store expired it: nobody took its
+		// arrays, but it stopped serving them, so it takes them back
+		// under a new epoch like any other owner.
+		n.state = NodeUp
+		m.emit(RecordEvent{Kind: "lease-regained", Node: n.id})
+		for _, name := range m.arrayOrder {
+			a := m.arrays[name]
+			if a.owner == n.id && a.phase != phaseIdle {
+				a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+			}
+		}
+	}
+}
+
+func (m *Machine) selfFence(n *node, reason string) {
+	if n.state != NodeUp {
+		return
+	}
+	n.state = NodeFenced
+	m.emit(SelfFence{Node: n.id})
+	m.emit(RecordEvent{Kind: "self-fence", Node: n.id, Message: reason})
+	for _, name := range m.arrayOrder {
+		if a := m.arrays[name]; a.owner == n.id && a.phase == phaseActive {
+			a.since = m.now // the outage of its arrays starts now
+		}
+	}
+}
+
+func (m *Machine) nodeLost(n *node, reason string) {
+	if n.state == NodeDown {
+		return
+	}
+	n.state = NodeDown
+	m.emit(RecordEvent{Kind: "node-lost", Node: n.id, Message: reason})
+	if !n.slurmDrained {
+		n.slurmDrained = true
+		m.emit(SlurmDrain{Node: n.id, Reason: "tier0: storage lease expired"})
+	}
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		for _, mb := range a.members {
+			if mb.node != n.id {
+				continue
+			}
+			switch mb.state {
+			case MemberOK, MemberStale, MemberResyncing:
+				mb.state, mb.progress = MemberMissing, 0
+			case MemberRebuilding:
+				mb.state, mb.progress = MemberReplaced, 0
+			}
+		}
+		if a.owner == n.id && a.phase != phaseIdle {
+			if a.phase == phaseActive {
+				a.since = n.lastBeat
+			}
+			a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+		}
+	}
+}
+
+// adopt takes the store's word that node holds a at epoch.
+func (m *Machine) adopt(a *array, node string, epoch uint64) {
+	a.owner, a.epoch = node, epoch
+	if a.phase == phaseActive || a.phase == phaseIdle || a.phase == phaseReleasing {
+		a.phase = phaseFencing
+	}
+	a.phaseAt = m.now
+}
+
+func (m *Machine) attemptFailed(name, nodeID string, epoch uint64, want phase, reason string) error {
+	a, err := m.array(name)
+	if err != nil {
+		return err
+	}
+	if a.phase != want || a.owner != nodeID || a.epoch != epoch {
+		return nil
+	}
+	m.emit(RecordEvent{Kind: "takeover-failed", Array: a.name, Node: nodeID, Epoch: epoch, Message: reason})
+	if a.avoid == nil {
+		a.avoid = map[string]bool{}
+	}
+	a.avoid[nodeID] = true
+	a.phase = phaseIdle
+	return nil
+}
+
+// resetForAssemble puts members whose repair was interrupted back in the
+// queue and returns the members the new owner must treat as absent and
+// those it attaches as stale (resynced from the write-intent bitmap next).
+func (a *array) resetForAssemble() (absent, stale []string) {
+	for _, mb := range a.members {
+		switch mb.state {
+		case MemberResyncing:
+			mb.state, mb.progress = MemberStale, 0
+		case MemberRebuilding:
+			mb.state, mb.progress = MemberReplaced, 0
+		}
+		switch mb.state {
+		case MemberOK:
+		case MemberStale:
+			stale = append(stale, mb.drive)
+		default:
+			absent = append(absent, mb.drive)
+		}
+	}
+	return absent, stale
+}
+
+// absent counts members whose content cannot serve reads at all. A stale
+// member (its node was away) still holds everything outside the regions
+// its owner's write-intent bitmap marks dirty, so it counts as present.
+func (a *array) absent() int {
+	k := 0
+	for _, mb := range a.members {
+		switch mb.state {
+		case MemberOK, MemberStale, MemberResyncing:
+		default:
+			k++
+		}
+	}
+	return k
+}
+
+// redundant: every member is fully in sync.
+func (a *array) redundant() bool {
+	for _, mb := range a.members {
+		if mb.state != MemberOK {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *array) readable() bool { return a.absent() <= a.level.Parity() }
+
+func (m *Machine) state(a *array) ArrayState {
+	switch {
+	case !a.readable():
+		return StateFailed
+	case a.phase != phaseActive || m.nodes[a.owner].state != NodeUp:
+		return StateOffline
+	}
+	st := StateOptimal
+	for _, mb := range a.members {
+		switch mb.state {
+		case MemberResyncing, MemberRebuilding:
+			return StateRebuilding
+		case MemberOK:
+		default:
+			st = StateDegraded
+		}
+	}
+	return st
+}
+
+func (m *Machine) eligible(id string) bool {
+	n, ok := m.nodes[id]
+	return ok && n.state == NodeUp && !n.suspect && !n.draining
+}
+
+func (m *Machine) load(id string) int {
+	k := 0
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		if a.owner == id && a.phase != phaseIdle {
+			k++
+		}
+	}
+	return k
+}
+
+// leastLoaded picks the eligible node owning the fewest arrays, ties broken
+// by name, never except and never one a failed attempt marked to avoid.
+func (m *Machine) leastLoaded(a *array, except string) string {
+	best, bestLoad := "", 0
+	for _, id := range m.nodeOrder {
+		if id == except || a.avoid[id] || !m.eligible(id) {
+			continue
+		}
+		if l := m.load(id); best == "" || l < bestLoad {
+			best, bestLoad = id, l
+		}
+	}
+	return best
+}
+
+func (m *Machine) clearRetry() {
+	for _, a := range m.arrays {
+		a.retryAt = 0
+	}
+}
+
+func (m *Machine) startTakeover(a *array, to, kind string) {
+	old, oldEpoch := a.owner, a.epoch
+	if a.phase == phaseIdle {
+		old = a.from
+	}
+	a.epoch++
+	a.owner, a.target, a.kind = to, "", kind
+	a.phase, a.phaseAt = phaseFencing, m.now
+	if old != "" {
+		a.from = old
+	}
+	var reach []string
+	for _, mb := range a.members {
+		if m.nodes[mb.node].state != NodeDown {
+			reach = append(reach, mb.drive)
+		}
+	}
+	m.emit(Fence{Array: a.name, Node: to, OldOwner: old, OldEpoch: oldEpoch, NewEpoch: a.epoch, Members: reach})
+}
+
+func (m *Machine) startRelease(a *array, to string) {
+	a.phase, a.phaseAt, a.since, a.target, a.from = phaseReleasing, m.now, m.now, to, a.owner
+	m.emit(Release{Array: a.name, Node: a.owner, Epoch: a.epoch, To: to})
+}
+
+// reconcile drives every array toward: served by one healthy owner, at
+// home when possible, redundant.
+func (m *Machine) reconcile() {
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		m.reconcileArray(a)
+		if st := m.state(a); st != a.lastSeen {
+			m.emit(RecordEvent{Kind: "state", Array: a.name, Message: fmt.Sprintf("%s -> %s", a.lastSeen, st)})
+			a.lastSeen = st
+		}
+	}
+	for _, id := range m.nodeOrder {
+		n := m.nodes[id]
+		if n.slurmDrained && n.state == NodeUp && m.nodeHealthy(id) {
+			n.slurmDrained = false
+			m.emit(SlurmResume{Node: id, Reason: "tier0: storage role healthy"})
+		}
+	}
+}
+
+func (m *Machine) nodeHealthy(id string) bool {
+	for _, a := range m.arrays {
+		for _, mb := range a.members {
+			if mb.node == id && mb.state != MemberOK && mb.state != MemberDriveFailed && mb.state != MemberReplaced && mb.state != MemberRebuilding {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (m *Machine) reconcileArray(a *array) {
+	if a.owner != "" && a.phase != phaseIdle && m.nodes[a.owner].state == NodeFenced {
+		return // wait for the lease to expire or be regained
+	}
+	switch a.phase {
+	case phaseIdle:
+		if !a.readable() {
+			return
+		}
+		to := a.home
+		if !m.eligible(to) || a.avoid[to] {
+			to = m.leastLoaded(a, "")
+		}
+		if to == "" {
+			if len(a.avoid) > 0 { // every candidate failed once: retry them
+				a.avoid = nil
+			}
+			return
+		}
+		m.startTakeover(a, to, a.kind)
+	case phaseReleasing:
+		if m.now-a.phaseAt >= m.cfg.ReleaseTimeoutTicks {
+			a.phase, a.phaseAt, a.retryAt = phaseActive, m.now, m.now+m.cfg.ReleaseTimeoutTicks
+			m.emit(RecordEvent{Kind: "handoff-aborted", Array: a.name, From: a.owner, To: a.target, Epoch: a.epoch,
+				Message: fmt.Sprintf("no release within %d ticks; the array stays", m.cfg.ReleaseTimeoutTicks)})
+			a.target = ""
+		}
+	case phaseActive:
+		for _, mb := range a.members {
+			switch mb.state {
+			case MemberStale:
+				mb.state, mb.progress = MemberResyncing, 0
+				m.emit(Resync{Array: a.name, Node: a.owner, Member: mb.drive})
+			case MemberReplaced:
+				if m.nodes[mb.node].state == NodeUp {
+					mb.state, mb.progress = MemberRebuilding, 0
+					m.emit(Rebuild{Array: a.name, Node: a.owner, Member: mb.drive})
+				}
+			}
+		}
+		if m.now < a.retryAt {
+			return
+		}
+		if m.nodes[a.owner].draining {
+			if to := m.leastLoaded(a, a.owner); to != "" {
+				m.startRelease(a, to)
+			}
+			return
+		}
+		if a.owner != a.home && (a.policy == FailbackAuto || a.asked) && m.eligible(a.home) && a.redundant() {
+			m.startRelease(a, a.home)
+		}
+	}
+}

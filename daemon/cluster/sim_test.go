@@ -1,0 +1,451 @@
+package cluster
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// sim drives a Machine the way a cluster of daemons would: live nodes
+// heartbeat every tick, actions are performed by their nodes (a dead node
+// performs nothing; a partitioned node only fences itself, since it learns
+// of no decision) and their outcome is fed back. It tracks which nodes
+// actually act as owner of each array and records every violation of the
+// safety invariants.
+type sim struct {
+	m           *Machine
+	dead        map[string]bool
+	partitioned map[string]bool
+	acting      map[string]map[string]bool // array -> nodes serving it optimized
+	maxEpoch    map[string]uint64
+	failFence   map[string]bool
+	rack        map[string]string
+	violations  []string
+	quiet       bool
+	counts      map[string]int
+	out         *strings.Builder
+}
+
+func newSim(cfg Config) (*sim, error) {
+	m, err := New(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &sim{
+		m: m, dead: map[string]bool{}, partitioned: map[string]bool{},
+		acting: map[string]map[string]bool{}, maxEpoch: map[string]uint64{},
+		failFence: map[string]bool{}, rack: map[string]string{}, counts: map[string]int{},
+		out: &strings.Builder{},
+	}, nil
+}
+
+func (s *sim) violate(format string, args ...any) {
+	v := fmt.Sprintf("t=%d VIOLATION: ", s.m.Now()) + fmt.Sprintf(format, args...)
+	s.violations = append(s.violations, v)
+	fmt.Fprintln(s.out, v)
+}
+
+func (s *sim) reachable(n string) bool { return !s.dead[n] && !s.partitioned[n] }
+
+// step feeds one event and performs the resulting actions to quiescence.
+func (s *sim) step(ev Event) error {
+	if err := s.m.Step(ev); err != nil {
+		return err
+	}
+	s.drain()
+	return nil
+}
+
+func (s *sim) tick(n int) {
+	for range n {
+		for _, id := range s.m.nodeOrder {
+			if s.reachable(id) {
+				if err := s.m.Step(Heartbeat{Node: id}); err != nil {
+					panic(err)
+				}
+			}
+		}
+		s.drain()
+		s.m.Tick()
+		s.drain()
+	}
+}
+
+func (s *sim) otherActing(array, node string) []string {
+	var o []string
+	for n := range s.acting[array] {
+		if n != node {
+			o = append(o, n)
+		}
+	}
+	sort.Strings(o)
+	return o
+}
+
+func (s *sim) drain() {
+	for {
+		acts := s.m.Ready()
+		if len(acts) == 0 {
+			return
+		}
+		var replies []Event
+		for _, a := range acts {
+			kind, _, _ := strings.Cut(a.String(), " ")
+			s.counts[kind]++
+			p := a.Performer()
+			_, self := a.(SelfFence)
+			skip := ""
+			if p != "" && s.dead[p] {
+				skip = " [not performed: " + p + " is dead]"
+			} else if !self && p != "" && s.partitioned[p] {
+				skip = " [not performed: " + p + " is cut off]"
+			}
+			if !s.quiet {
+				fmt.Fprintf(s.out, "t=%d %s%s\n", s.m.Now(), a, skip)
+			}
+			if skip != "" {
+				continue
+			}
+			switch a := a.(type) {
+			case Fence:
+				if a.NewEpoch <= s.maxEpoch[a.Array] {
+					s.violate("array %s epoch %d not above %d", a.Array, a.NewEpoch, s.maxEpoch[a.Array])
+				}
+				s.maxEpoch[a.Array] = a.NewEpoch
+				if o := s.otherActing(a.Array, a.Node); len(o) > 0 {
+					s.violate("array %s fenced by %s while %v still serves it", a.Array, a.Node, o)
+				}
+				if s.failFence[a.Array] {
+					delete(s.failFence, a.Array)
+					replies = append(replies, FenceFailed{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch, Reason: "injected"})
+				} else {
+					replies = append(replies, FenceDone{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch})
+				}
+			case Assemble:
+				replies = append(replies, ArrayAssembled{Array: a.Array, Node: a.Node, Epoch: a.Epoch})
+			case SetANA:
+				if a.State == ANAOptimized {
+					if o := s.otherActing(a.Array, a.Node); len(o) > 0 {
+						s.violate("array %s optimized on %s while %v still serves it", a.Array, a.Node, o)
+					}
+					if s.acting[a.Array] == nil {
+						s.acting[a.Array] = map[string]bool{}
+					}
+					s.acting[a.Array][a.Node] = true
+				}
+			case Release:
+				delete(s.acting[a.Array], a.Node)
+				replies = append(replies, Released{Array: a.Array, Node: a.Node, Epoch: a.Epoch})
+			case SelfFence:
+				s.stopActing(a.Node)
+			}
+		}
+		for _, ev := range replies {
+			if err := s.m.Step(ev); err != nil {
+				panic(err)
+			}
+		}
+	}
+}
+
+func (s *sim) stopActing(node string) {
+	for _, set := range s.acting {
+		delete(set, node)
+	}
+}
+
+func (s *sim) kill(n string) {
+	s.dead[n] = true
+	s.stopActing(n)
+}
+
+func (s *sim) revive(n string) error {
+	delete(s.dead, n)
+	delete(s.partitioned, n)
+	return s.step(Heartbeat{Node: n})
+}
+
+// checkOwners verifies, at any instant, that no array has two nodes serving
+// it and that the machine's owner is one of the nodes actually serving it
+// when the array is active.
+func (s *sim) checkOwners() {
+	for _, name := range s.m.arrayOrder {
+		if len(s.acting[name]) > 1 {
+			s.violate("array %s served by %v", name, slices.Sorted(maps.Keys(s.acting[name])))
+		}
+	}
+}
+
+func (s *sim) status() string {
+	var b strings.Builder
+	for _, n := range s.m.Nodes() {
+		flags := ""
+		if n.Draining {
+			flags += " draining"
+		}
+		if s.dead[n.Name] {
+			flags += " (dead)"
+		}
+		if s.partitioned[n.Name] {
+			flags += " (partitioned)"
+		}
+		fmt.Fprintf(&b, "node %s %s owns=%s%s\n", n.Name, n.State, dash(strings.Join(n.Owns, ",")), flags)
+	}
+	for _, a := range s.m.Arrays() {
+		var ms []string
+		for _, mb := range a.Members {
+			st := string(mb.State)
+			if mb.State == MemberRebuilding || mb.State == MemberResyncing {
+				st += fmt.Sprintf("(%d%%)", mb.Progress)
+			}
+			ms = append(ms, mb.Drive+":"+st)
+		}
+		fmt.Fprintf(&b, "array %s %s home=%s owner=%s epoch=%d %s %s\n", a.Name, a.Level, a.Home, dash(a.Owner), a.Epoch, a.State, strings.Join(ms, " "))
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func (s *sim) summary() string {
+	states := map[ArrayState]int{}
+	owned := map[string]int{}
+	var unreadable []string
+	for _, a := range s.m.Arrays() {
+		states[a.State]++
+		if a.Owner != "" {
+			owned[a.Owner]++
+		}
+		if a.State == StateFailed {
+			unreadable = append(unreadable, a.Name)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("arrays:")
+	for _, st := range []ArrayState{StateOptimal, StateDegraded, StateRebuilding, StateOffline, StateFailed} {
+		fmt.Fprintf(&b, " %s=%d", st, states[st])
+	}
+	maxOwned, up := 0, 0
+	for _, n := range s.m.Nodes() {
+		maxOwned = max(maxOwned, owned[n.Name])
+		if n.State == NodeUp {
+			up++
+		}
+	}
+	fmt.Fprintf(&b, "\nnodes up=%d max-owned=%d", up, maxOwned)
+	fmt.Fprintf(&b, "\nunreadable: %s", dash(strings.Join(unreadable, ",")))
+	return b.String()
+}
+
+func (s *sim) flushCounts() {
+	if len(s.counts) == 0 {
+		return
+	}
+	keys := slices.Sorted(maps.Keys(s.counts))
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, s.counts[k]))
+	}
+	fmt.Fprintf(s.out, "actions: %s\n", strings.Join(parts, " "))
+	clear(s.counts)
+}
+
+// placeNode is a node for the placement generator.
+type placeNode struct {
+	name, rack string
+	drives     []string
+}
+
+// placeArrays puts one array per node, homed there, with width members on
+// width other nodes: never on the home node, never two on one node, in
+// distinct racks when distinct is set, drawing from the least-used node
+// first (ties: nearest after the home on the ring), so drives spread
+// evenly. Same rule as the site config's placement.
+func placeArrays(nodes []placeNode, width int, distinct bool) ([][]MemberSpec, error) {
+	used := make([]int, len(nodes))
+	out := make([][]MemberSpec, len(nodes))
+	for i := range nodes {
+		racks := map[string]bool{}
+		onNode := map[int]bool{i: true}
+		for len(out[i]) < width {
+			best := -1
+			for k := 1; k < len(nodes); k++ {
+				j := (i + k) % len(nodes)
+				if onNode[j] || used[j] >= len(nodes[j].drives) || (distinct && racks[nodes[j].rack]) {
+					continue
+				}
+				if best < 0 || used[j] < used[best] {
+					best = j
+				}
+			}
+			if best < 0 {
+				return nil, fmt.Errorf("array on %s: only %d of %d members placeable", nodes[i].name, len(out[i]), width)
+			}
+			out[i] = append(out[i], MemberSpec{Drive: nodes[best].drives[used[best]], Node: nodes[best].name})
+			used[best]++
+			onNode[best] = true
+			racks[nodes[best].rack] = true
+		}
+	}
+	return out, nil
+}
+
+// genCluster builds nodes n00.. in racks r0.. (contiguous blocks) and one
+// array per node.
+func (s *sim) genCluster(nNodes, nRacks, nDrives, width int, level Level, distinct bool) error {
+	var nodes []placeNode
+	for i := range nNodes {
+		name := fmt.Sprintf("n%02d", i)
+		pn := placeNode{name: name, rack: fmt.Sprintf("r%d", i*nRacks/nNodes)}
+		for d := range nDrives {
+			pn.drives = append(pn.drives, fmt.Sprintf("%s-d%d", name, d))
+		}
+		nodes = append(nodes, pn)
+		s.rack[name] = pn.rack
+		if err := s.m.Step(NodeJoined{Node: name, Domain: pn.rack, Drives: pn.drives}); err != nil {
+			return err
+		}
+	}
+	placed, err := placeArrays(nodes, width, distinct)
+	if err != nil {
+		return err
+	}
+	for i, ms := range placed {
+		if err := s.m.Step(ArrayDefined{Name: fmt.Sprintf("a%02d", i), Level: level, Home: nodes[i].name, Members: ms}); err != nil {
+			return err
+		}
+	}
+	s.drain()
+	return nil
+}
+
+// run executes one transcript command and returns its output.
+func (s *sim) run(cmd string, args []string) (string, error) {
+	s.out.Reset()
+	kv := map[string]string{}
+	var pos []string
+	for _, a := range args {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			kv[k] = v
+		} else {
+			pos = append(pos, a)
+		}
+	}
+	atoi := func(k string, def int) int {
+		if v, ok := kv[k]; ok {
+			n, err := strconv.Atoi(v)
+			if err == nil {
+				return n
+			}
+		}
+		return def
+	}
+	s.quiet = kv["quiet"] == "true" || slices.Contains(pos, "quiet")
+	var err error
+	switch cmd {
+	case "add-node":
+		var drives []string
+		if d := kv["drives"]; d != "" {
+			drives = strings.Split(d, ",")
+		} else {
+			for i := 1; i <= 4; i++ {
+				drives = append(drives, fmt.Sprintf("%s%d", pos[0], i))
+			}
+		}
+		s.rack[pos[0]] = kv["rack"]
+		err = s.step(NodeJoined{Node: pos[0], Domain: kv["rack"], Drives: drives})
+	case "add-array":
+		var lvl Level
+		if lvl, err = ParseLevel(kv["level"]); err != nil {
+			break
+		}
+		var ms []MemberSpec
+		for _, d := range strings.Split(kv["members"], ",") {
+			ms = append(ms, MemberSpec{Drive: d})
+		}
+		err = s.step(ArrayDefined{Name: pos[0], Level: lvl, Home: kv["home"], Members: ms, Failback: FailbackPolicy(kv["failback"])})
+	case "gen-cluster":
+		lvl, _ := ParseLevel(kv["level"])
+		err = s.genCluster(atoi("nodes", 64), atoi("racks", 8), atoi("drives", 4), atoi("width", 4), lvl, kv["distinct"] == "true")
+	case "tick":
+		n := 1
+		if len(pos) > 0 && pos[0] != "quiet" {
+			n, _ = strconv.Atoi(pos[0])
+		}
+		s.tick(n)
+	case "kill":
+		s.kill(pos[0])
+	case "kill-rack":
+		for _, id := range s.m.nodeOrder {
+			if s.rack[id] == pos[0] {
+				s.kill(id)
+			}
+		}
+	case "partition":
+		s.partitioned[pos[0]] = true
+	case "return", "heal":
+		err = s.revive(pos[0])
+	case "suspect":
+		err = s.step(PartitionSuspected{Node: pos[0]})
+	case "unsuspect":
+		err = s.step(PartitionCleared{Node: pos[0]})
+	case "fail-next-fence":
+		s.failFence[pos[0]] = true
+	case "drain":
+		err = s.step(DrainRequested{Node: pos[0]})
+	case "undrain":
+		err = s.step(UndrainRequested{Node: pos[0]})
+	case "failback":
+		err = s.step(FailbackRequested{Array: pos[0]})
+	case "fail-drive":
+		err = s.step(MemberFailed{Array: pos[0], Member: pos[1]})
+	case "replace-drive":
+		err = s.step(DriveReplaced{Drive: pos[0]})
+	case "rebuild-progress":
+		err = s.step(RebuildProgress{Array: pos[0], Member: pos[1], Percent: atoi("pct", 0)})
+	case "resync-done", "rebuild-done":
+		a, ok := s.m.Array(pos[0])
+		if !ok {
+			return "", fmt.Errorf("array %q unknown", pos[0])
+		}
+		for _, mb := range a.Members {
+			if len(pos) > 1 && mb.Drive != pos[1] {
+				continue
+			}
+			if mb.State == MemberResyncing && cmd == "resync-done" {
+				err = s.step(ResyncDone{Array: a.Name, Member: mb.Drive})
+			} else if mb.State == MemberRebuilding || mb.State == MemberResyncing {
+				err = s.step(RebuildDone{Array: a.Name, Member: mb.Drive})
+			}
+		}
+	case "resync-all":
+		for _, a := range s.m.Arrays() {
+			for _, mb := range a.Members {
+				if mb.State == MemberResyncing || mb.State == MemberRebuilding {
+					if err = s.step(RebuildDone{Array: a.Name, Member: mb.Drive}); err != nil {
+						break
+					}
+				}
+			}
+		}
+	case "status":
+		fmt.Fprintln(s.out, s.status())
+	case "summary":
+		fmt.Fprintln(s.out, s.summary())
+	default:
+		return "", fmt.Errorf("unknown command %q", cmd)
+	}
+	if err != nil {
+		fmt.Fprintf(s.out, "error: %v\n", err)
+	}
+	s.checkOwners()
+	if s.quiet {
+		s.flushCounts()
+	}
+	out := strings.TrimRight(s.out.String(), "\n")
+	if out == "" {
+		out = "ok"
+	}
+	return out, nil
+}

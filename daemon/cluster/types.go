@@ -1,0 +1,180 @@
+// Package cluster is tier0's failover logic as a pure state machine: events
+// (Step) and ticks (Tick) go in, an ordered list of actions (Ready) comes out.
+// The machine does no I/O and reads no clock; the daemon feeds it what the
+// cluster store and the local drivers observe, performs the actions in the
+// documented order and reports their outcome back as events. The same
+// machine, fed the same events, makes the same decisions on every node, and
+// the store's compare-and-swap on ownership epochs makes sure only one node
+// acts on a decision. See docs/CONTROL-PLANE.md for the state diagram and
+// the order of actions.
+//
+// Time is counted in ticks. The daemon ticks at a fixed interval (one tick
+// per second by default), so every duration in Config is a number of ticks.
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors returned by Step and New. Callers test them with
+// errors.Is; the wrapped message names the value at fault.
+var (
+	// ErrUnknownNode: an event names a node that never joined.
+	ErrUnknownNode = errors.New("unknown node")
+	// ErrUnknownArray: an event names an array that was never defined.
+	ErrUnknownArray = errors.New("unknown array")
+	// ErrUnknownDrive: an array member or a drive event names a drive that
+	// no joined node owns.
+	ErrUnknownDrive = errors.New("unknown drive")
+	// ErrBadConfig: a Config or an array definition breaks a rule (the
+	// message says which and what to change).
+	ErrBadConfig = errors.New("invalid cluster configuration")
+)
+
+// Level is an array's RAID level.
+type Level int
+
+const (
+	RAID5 Level = 5
+	RAID6 Level = 6
+)
+
+// Parity is the number of members the level may lose and stay readable.
+func (l Level) Parity() int {
+	if l == RAID6 {
+		return 2
+	}
+	return 1
+}
+
+func (l Level) String() string { return fmt.Sprintf("raid%d", int(l)) }
+
+// ParseLevel accepts "raid5" or "raid6".
+func ParseLevel(s string) (Level, error) {
+	switch strings.ToLower(s) {
+	case "raid5", "5":
+		return RAID5, nil
+	case "raid6", "6":
+		return RAID6, nil
+	}
+	return 0, fmt.Errorf("RAID level %q: want raid5 or raid6: %w", s, ErrBadConfig)
+}
+
+// FailbackPolicy says whether an array that runs away from its home node
+// returns there on its own once it is redundant and the home is healthy.
+type FailbackPolicy string
+
+const (
+	FailbackAuto   FailbackPolicy = "auto"
+	FailbackManual FailbackPolicy = "manual"
+)
+
+// Config holds the timing and policy of the machine. All durations are in
+// ticks.
+type Config struct {
+	// LeaseTicks is the liveness lease TTL: a node whose last heartbeat is
+	// LeaseTicks old is treated as lost (as if LeaseExpired had arrived).
+	// Zero disables this check; the daemon then relies on LeaseExpired
+	// events from the store.
+	LeaseTicks int64
+	// SelfFenceTicks is how long a node goes without renewing its own
+	// lease before it stops acting as owner (SelfFence). It must be
+	// smaller than LeaseTicks by at least SafetyTicks so that the node is
+	// fenced before the store can expire its lease and hand its arrays on.
+	// Zero disables tick-driven self-fencing (SelfLeaseLost still works).
+	SelfFenceTicks int64
+	// SafetyTicks is the minimum margin LeaseTicks-SelfFenceTicks; it
+	// covers clock-rate drift between the node and the store and the time
+	// the node needs to turn its ANA state and stop writing. Default 1.
+	SafetyTicks int64
+	// ReleaseTimeoutTicks bounds a planned hand-off (drain, failback): if
+	// the old owner has not reported Released by then, the move is
+	// abandoned (the array stays where it is) and retried after as many
+	// ticks again. Default 5.
+	ReleaseTimeoutTicks int64
+	// Failback is the default failback policy (auto when empty).
+	Failback FailbackPolicy
+	// Self, when set, restricts tick-driven self-fencing to this node: a
+	// daemon feeds only its own lease renewals as Heartbeats. Empty means
+	// the machine models every node (simulation and tests).
+	Self string
+}
+
+func (c *Config) validate() error {
+	if c.SafetyTicks == 0 {
+		c.SafetyTicks = 1
+	}
+	if c.ReleaseTimeoutTicks == 0 {
+		c.ReleaseTimeoutTicks = 5
+	}
+	if c.Failback == "" {
+		c.Failback = FailbackAuto
+	}
+	if c.Failback != FailbackAuto && c.Failback != FailbackManual {
+		return fmt.Errorf("failback policy %q: want auto or manual: %w", c.Failback, ErrBadConfig)
+	}
+	if c.LeaseTicks < 0 || c.SelfFenceTicks < 0 || c.SafetyTicks < 0 || c.ReleaseTimeoutTicks < 0 {
+		return fmt.Errorf("negative tick count in %+v: %w", *c, ErrBadConfig)
+	}
+	if c.LeaseTicks > 0 && c.SelfFenceTicks > 0 && c.SelfFenceTicks+c.SafetyTicks > c.LeaseTicks {
+		return fmt.Errorf("self-fence after %d ticks + safety %d exceeds lease TTL %d: a partitioned owner could still act when its arrays are handed on; lower SelfFenceTicks or raise LeaseTicks: %w",
+			c.SelfFenceTicks, c.SafetyTicks, c.LeaseTicks, ErrBadConfig)
+	}
+	return nil
+}
+
+// ANAState is the asymmetric namespace access state a node reports for an
+// array's namespace.
+type ANAState string
+
+const (
+	ANAOptimized    ANAState = "optimized"
+	ANAInaccessible ANAState = "inaccessible"
+)
+
+// ArrayState is the externally visible health of an array.
+type ArrayState string
+
+const (
+	StateOptimal    ArrayState = "optimal"
+	StateDegraded   ArrayState = "degraded"
+	StateRebuilding ArrayState = "rebuilding"
+	// StateFailed: more members are lost than the level has parity; the
+	// array is unreadable until members return.
+	StateFailed ArrayState = "failed"
+	// StateOffline: the array is readable but no node serves it right now
+	// (hand-off in progress, or no eligible node).
+	StateOffline ArrayState = "offline"
+)
+
+// MemberState is the state of one array member.
+type MemberState string
+
+const (
+	MemberOK          MemberState = "ok"
+	MemberMissing     MemberState = "missing"    // its node is lost
+	MemberStale       MemberState = "stale"      // node back, awaiting resync
+	MemberResyncing   MemberState = "resyncing"  // delta resync running
+	MemberDriveFailed MemberState = "failed"     // drive failed, awaiting replacement
+	MemberReplaced    MemberState = "replaced"   // new drive in, awaiting rebuild
+	MemberRebuilding  MemberState = "rebuilding" // full rebuild running
+)
+
+// NodeState is a node's liveness as the machine sees it.
+type NodeState string
+
+const (
+	NodeUp NodeState = "up"
+	// NodeFenced: the node failed to renew its lease and stopped acting as
+	// owner; the store has not expired its lease yet.
+	NodeFenced NodeState = "fenced"
+	NodeDown   NodeState = "down"
+)
+
+// MemberSpec names one array member: a drive and the node that holds it.
+type MemberSpec struct {
+	Drive string
+	Node  string
+}
