@@ -91,6 +91,8 @@ type Guest struct {
 	unlock  func()
 	once    sync.Once
 	res     Result
+	mu      sync.Mutex
+	seq     int
 }
 
 var (
@@ -385,6 +387,65 @@ func (g *Guest) Signal(name string, data []byte) error {
 	}
 	return os.Rename(tmp, p)
 }
+
+// ServeLoop is a guest shell snippet: a script that ends with it keeps the
+// guest up and runs the commands the test sends with Guest.Exec, until
+// Guest.Stop. Its exit status is 0.
+const ServeLoop = `
+harness_serve() {
+    mkdir -p /harness/cmd /harness/out
+    while [ ! -e /harness/stop ]; do
+        for f in /harness/cmd/*.sh; do
+            [ -e "$f" ] || continue
+            n=$(basename "$f" .sh)
+            [ -e "/harness/out/$n.rc" ] && continue
+            sh "$f" > "/harness/out/$n.log" 2>&1
+            echo $? > "/harness/out/$n.rc.tmp" && mv "/harness/out/$n.rc.tmp" "/harness/out/$n.rc"
+        done
+        sleep 0.1
+    done
+}
+harness_serve
+`
+
+// Exec runs a shell command in a guest whose script ended with ServeLoop
+// and returns its combined output and exit code.
+func (g *Guest) Exec(command string, timeout time.Duration) (string, int, error) {
+	g.mu.Lock()
+	g.seq++
+	n := fmt.Sprintf("c%04d", g.seq)
+	g.mu.Unlock()
+	if err := os.MkdirAll(filepath.Join(g.dir, "cmd"), 0o755); err != nil {
+		return "", -1, err
+	}
+	if err := g.Signal(filepath.Join("cmd", n+".sh"), []byte(command+"\n")); err != nil {
+		return "", -1, err
+	}
+	rc, err := g.WaitFile(n+".rc", timeout)
+	out, _ := os.ReadFile(filepath.Join(g.dir, "out", n+".log"))
+	if err != nil {
+		return string(out), -1, fmt.Errorf("guest command %q: %w", command, err)
+	}
+	code, _ := strconv.Atoi(strings.TrimSpace(string(rc)))
+	return string(out), code, nil
+}
+
+// MustExec is Exec that fails the test on a harness error or a non-zero
+// exit code.
+func (g *Guest) MustExec(command string, timeout time.Duration) string {
+	g.t.Helper()
+	out, rc, err := g.Exec(command, timeout)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if rc != 0 {
+		g.t.Fatalf("guest command %q exited %d:\n%s", command, rc, out)
+	}
+	return out
+}
+
+// Stop tells a ServeLoop guest to finish.
+func (g *Guest) Stop() error { return g.Signal("stop", []byte("stop\n")) }
 
 var rcRE = regexp.MustCompile(`HARNESS-RC=(\d+)`)
 

@@ -42,6 +42,7 @@ sleep 0.5
 echo ready > /harness/out/ready
 n=0; while [ ! -e /harness/go ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done
 echo "go=$(cat /harness/go)"
+`+ServeLoop+`
 exit 7
 `, port)
 	g := Start(t, Options{
@@ -66,6 +67,14 @@ exit 7
 	if err := g.Signal("go", []byte("yes")); err != nil {
 		t.Fatal(err)
 	}
+	out, rc, err := g.Exec("echo exec-out; exit 4", time.Minute)
+	if err != nil || rc != 4 || strings.TrimSpace(out) != "exec-out" {
+		t.Errorf("Exec = %q, %d, %v; want exec-out, 4, nil", out, rc, err)
+	}
+	if out := g.MustExec("uname -m", time.Minute); strings.TrimSpace(out) != "x86_64" {
+		t.Errorf("MustExec(uname -m) = %q", out)
+	}
+	g.Stop()
 	res := g.Wait()
 	if res.RC != 7 {
 		t.Errorf("RC = %d, want 7; output:\n%s", res.RC, res.Output)
