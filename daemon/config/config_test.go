@@ -111,7 +111,7 @@ func TestAutoPlacementFailureNamesArray(t *testing.T) {
 	y := strings.Replace(baseNodes, "drives: [{name: D1, path: /x/d1}, {name: D2, path: /x/d2}]", "drives: []", 1) +
 		`arrays: [{name: A, level: raid5, home: A, members: auto, width: 3}]`
 	got := problems(t, y)
-	want := []string{`site.yaml: arrays[0].members: automatic placement failed: array A: needs 3 members: only 2 nodes other than its home node A have a drive with room left (each drive may serve at most 1 arrays): placement impossible`}
+	want := []string{`site.yaml: arrays[0].members: automatic placement failed: array A: needs 3 members: only 2 nodes other than its home node A have drives: placement impossible`}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q", got)
 	}
