@@ -353,7 +353,9 @@ type flow struct {
 	level, ptr []int
 }
 
-func newFlow(n int) *flow { return &flow{head: make([][]int, n), level: make([]int, n), ptr: make([]int, n)} }
+func newFlow(n int) *flow {
+	return &flow{head: make([][]int, n), level: make([]int, n), ptr: make([]int, n)}
+}
 
 func (f *flow) edge(u, v, c int) int {
 	e := len(f.to)
