@@ -24,8 +24,10 @@ type Heartbeat struct{ Node string }
 // LeaseExpired: the store expired the node's liveness lease.
 type LeaseExpired struct{ Node string }
 
-// NodeReturned: a lost node registered a fresh lease. A Heartbeat from a
-// lost node means the same.
+// NodeReturned: a node's daemon (re)started and registered a fresh lease.
+// If the machine had not yet seen it lost (it restarted within its lease),
+// everything the old process owned is taken over again and its members are
+// resynced. A Heartbeat from a lost node means the same as NodeReturned.
 type NodeReturned struct{ Node string }
 
 // SelfLeaseLost: the node itself could not renew its lease (keep-alive

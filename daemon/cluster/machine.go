@@ -171,6 +171,12 @@ func (m *Machine) step(ev Event) error {
 		if err != nil {
 			return err
 		}
+		if n.state != NodeDown {
+			// The daemon restarted before its old lease expired: the old
+			// process served nothing after it died, and the new one
+			// serves nothing yet.
+			m.restarted(n)
+		}
 		m.heartbeat(n)
 	case LeaseExpired:
 		n, err := m.node(e.Node)
@@ -463,6 +469,30 @@ func (m *Machine) heartbeat(n *node) {
 	}
 }
 
+func (m *Machine) restarted(n *node) {
+	m.emit(RecordEvent{Kind: "node-restarted", Node: n.id})
+	n.state = NodeDown
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		for _, mb := range a.members {
+			if mb.node == n.id {
+				switch mb.state {
+				case MemberOK, MemberResyncing:
+					mb.state, mb.progress = MemberMissing, 0
+				case MemberRebuilding:
+					mb.state, mb.progress = MemberReplaced, 0
+				}
+			}
+		}
+		if a.owner == n.id && a.phase != phaseIdle {
+			if a.phase == phaseActive {
+				a.since = m.now
+			}
+			a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+		}
+	}
+}
+
 func (m *Machine) selfFence(n *node, reason string) {
 	if n.state != NodeUp {
 		return
@@ -717,6 +747,20 @@ func (m *Machine) reconcileArray(a *array) {
 			return
 		}
 		m.startTakeover(a, to, a.kind)
+	case phaseFencing, phaseAssembling:
+		// The chosen node never answered (it may be cut off and not
+		// have learnt of the decision). A late answer carries a stale
+		// epoch and is ignored, so trying elsewhere is safe.
+		if m.now-a.phaseAt >= m.cfg.ReleaseTimeoutTicks {
+			m.emit(RecordEvent{Kind: "takeover-failed", Array: a.name, Node: a.owner, Epoch: a.epoch,
+				Message: fmt.Sprintf("no %s report within %d ticks", a.phase, m.cfg.ReleaseTimeoutTicks)})
+			if a.avoid == nil {
+				a.avoid = map[string]bool{}
+			}
+			a.avoid[a.owner] = true
+			a.phase = phaseIdle
+			m.reconcileArray(a)
+		}
 	case phaseReleasing:
 		if m.now-a.phaseAt >= m.cfg.ReleaseTimeoutTicks {
 			a.phase, a.phaseAt, a.retryAt = phaseActive, m.now, m.now+m.cfg.ReleaseTimeoutTicks

@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"fmt"
+
 	"maps"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"tier0/daemon/config"
 )
 
 // sim drives a Machine the way a cluster of daemons would: live nodes
@@ -162,10 +164,16 @@ func (s *sim) kill(n string) {
 	s.stopActing(n)
 }
 
+// revive restarts a dead node (a fresh daemon registers: NodeReturned) or
+// reconnects a partitioned one (its renewals resume: Heartbeat).
 func (s *sim) revive(n string) error {
+	var ev Event = Heartbeat{Node: n}
+	if s.dead[n] {
+		ev = NodeReturned{Node: n}
+	}
 	delete(s.dead, n)
 	delete(s.partitioned, n)
-	return s.step(Heartbeat{Node: n})
+	return s.step(ev)
 }
 
 // checkOwners verifies, at any instant, that no array has two nodes serving
@@ -212,7 +220,15 @@ func (s *sim) summary() string {
 	states := map[ArrayState]int{}
 	owned := map[string]int{}
 	var unreadable []string
+	worst := 0
 	for _, a := range s.m.Arrays() {
+		lost := 0
+		for _, mb := range a.Members {
+			if mb.State != MemberOK {
+				lost++
+			}
+		}
+		worst = max(worst, lost)
 		states[a.State]++
 		if a.Owner != "" {
 			owned[a.Owner]++
@@ -234,6 +250,7 @@ func (s *sim) summary() string {
 		}
 	}
 	fmt.Fprintf(&b, "\nnodes up=%d max-owned=%d", up, maxOwned)
+	fmt.Fprintf(&b, "\nmost members lost by one array: %d", worst)
 	fmt.Fprintf(&b, "\nunreadable: %s", dash(strings.Join(unreadable, ",")))
 	return b.String()
 }
@@ -251,68 +268,33 @@ func (s *sim) flushCounts() {
 	clear(s.counts)
 }
 
-// placeNode is a node for the placement generator.
-type placeNode struct {
-	name, rack string
-	drives     []string
-}
-
-// placeArrays puts one array per node, homed there, with width members on
-// width other nodes: never on the home node, never two on one node, in
-// distinct racks when distinct is set, drawing from the least-used node
-// first (ties: nearest after the home on the ring), so drives spread
-// evenly. Same rule as the site config's placement.
-func placeArrays(nodes []placeNode, width int, distinct bool) ([][]MemberSpec, error) {
-	used := make([]int, len(nodes))
-	out := make([][]MemberSpec, len(nodes))
-	for i := range nodes {
-		racks := map[string]bool{}
-		onNode := map[int]bool{i: true}
-		for len(out[i]) < width {
-			best := -1
-			for k := 1; k < len(nodes); k++ {
-				j := (i + k) % len(nodes)
-				if onNode[j] || used[j] >= len(nodes[j].drives) || (distinct && racks[nodes[j].rack]) {
-					continue
-				}
-				if best < 0 || used[j] < used[best] {
-					best = j
-				}
-			}
-			if best < 0 {
-				return nil, fmt.Errorf("array on %s: only %d of %d members placeable", nodes[i].name, len(out[i]), width)
-			}
-			out[i] = append(out[i], MemberSpec{Drive: nodes[best].drives[used[best]], Node: nodes[best].name})
-			used[best]++
-			onNode[best] = true
-			racks[nodes[best].rack] = true
-		}
-	}
-	return out, nil
-}
-
 // genCluster builds nodes n00.. in racks r0.. (contiguous blocks) and one
 // array per node.
-func (s *sim) genCluster(nNodes, nRacks, nDrives, width int, level Level, distinct bool) error {
-	var nodes []placeNode
+func (s *sim) genCluster(nNodes, nRacks, nDrives, width int, level Level, domains string) error {
+	req := config.PlaceRequest{Domains: domains}
 	for i := range nNodes {
 		name := fmt.Sprintf("n%02d", i)
-		pn := placeNode{name: name, rack: fmt.Sprintf("r%d", i*nRacks/nNodes)}
+		pn := config.PlaceNode{Name: name, Domain: fmt.Sprintf("r%d", i*nRacks/nNodes)}
 		for d := range nDrives {
-			pn.drives = append(pn.drives, fmt.Sprintf("%s-d%d", name, d))
+			pn.Drives = append(pn.Drives, fmt.Sprintf("%s-d%d", name, d))
 		}
-		nodes = append(nodes, pn)
-		s.rack[name] = pn.rack
-		if err := s.m.Step(NodeJoined{Node: name, Domain: pn.rack, Drives: pn.drives}); err != nil {
+		req.Nodes = append(req.Nodes, pn)
+		req.Arrays = append(req.Arrays, config.PlaceArray{Name: fmt.Sprintf("a%02d", i), Home: name, Width: width, Parity: level.Parity()})
+		s.rack[name] = pn.Domain
+		if err := s.m.Step(NodeJoined{Node: name, Domain: pn.Domain, Drives: pn.Drives}); err != nil {
 			return err
 		}
 	}
-	placed, err := placeArrays(nodes, width, distinct)
+	placed, err := config.Place(req)
 	if err != nil {
 		return err
 	}
-	for i, ms := range placed {
-		if err := s.m.Step(ArrayDefined{Name: fmt.Sprintf("a%02d", i), Level: level, Home: nodes[i].name, Members: ms}); err != nil {
+	for i, drives := range placed {
+		var ms []MemberSpec
+		for _, d := range drives {
+			ms = append(ms, MemberSpec{Drive: d})
+		}
+		if err := s.m.Step(ArrayDefined{Name: req.Arrays[i].Name, Level: level, Home: req.Arrays[i].Home, Members: ms}); err != nil {
 			return err
 		}
 	}
@@ -367,7 +349,7 @@ func (s *sim) run(cmd string, args []string) (string, error) {
 		err = s.step(ArrayDefined{Name: pos[0], Level: lvl, Home: kv["home"], Members: ms, Failback: FailbackPolicy(kv["failback"])})
 	case "gen-cluster":
 		lvl, _ := ParseLevel(kv["level"])
-		err = s.genCluster(atoi("nodes", 64), atoi("racks", 8), atoi("drives", 4), atoi("width", 4), lvl, kv["distinct"] == "true")
+		err = s.genCluster(atoi("nodes", 64), atoi("racks", 8), atoi("drives", 4), atoi("width", 4), lvl, kv["domains"])
 	case "tick":
 		n := 1
 		if len(pos) > 0 && pos[0] != "quiet" {

@@ -89,10 +89,12 @@ type Config struct {
 	// covers clock-rate drift between the node and the store and the time
 	// the node needs to turn its ANA state and stop writing. Default 1.
 	SafetyTicks int64
-	// ReleaseTimeoutTicks bounds a planned hand-off (drain, failback): if
-	// the old owner has not reported Released by then, the move is
-	// abandoned (the array stays where it is) and retried after as many
-	// ticks again. Default 5.
+	// ReleaseTimeoutTicks bounds each step of a move. A planned hand-off
+	// (drain, failback) whose old owner has not reported Released by then
+	// is abandoned (the array stays where it is) and retried after as many
+	// ticks again; a takeover whose new owner has not reported FenceDone or
+	// ArrayAssembled by then goes to another node under a higher epoch.
+	// Default 5.
 	ReleaseTimeoutTicks int64
 	// Failback is the default failback policy (auto when empty).
 	Failback FailbackPolicy
@@ -117,6 +119,9 @@ func (c *Config) validate() error {
 	}
 	if c.LeaseTicks < 0 || c.SelfFenceTicks < 0 || c.SafetyTicks < 0 || c.ReleaseTimeoutTicks < 0 {
 		return fmt.Errorf("negative tick count in %+v: %w", *c, ErrBadConfig)
+	}
+	if c.SelfFenceTicks == 1 {
+		return fmt.Errorf("self-fence after 1 tick fences a node between any two renewals (renewals come at most once a tick); use 2 or more: %w", ErrBadConfig)
 	}
 	if c.LeaseTicks > 0 && c.SelfFenceTicks > 0 && c.SelfFenceTicks+c.SafetyTicks > c.LeaseTicks {
 		return fmt.Errorf("self-fence after %d ticks + safety %d exceeds lease TTL %d: a partitioned owner could still act when its arrays are handed on; lower SelfFenceTicks or raise LeaseTicks: %w",
