@@ -1,0 +1,771 @@
+// Package host is tier0's NVMe/TCP initiator: it connects to an NVMe/TCP
+// controller (the Linux kernel's nvmet, or tier0's own target), runs an
+// admin queue and several I/O queues with many commands in flight on each,
+// and exposes namespaces as blockdev.Devices so that RAID stacks on them.
+// Multipath combines the controllers of one subsystem on several nodes and
+// follows their ANA states; see Multipath.
+//
+// # Concurrency and buffers
+//
+// All methods may be called from many goroutines. Each queue has one reader
+// goroutine; there is no goroutine per I/O. Reads land straight in the
+// caller's buffer (C2HData); writes go from the caller's buffer, in the
+// command capsule when small, else on the controller's R2T. The caller's
+// buffer is not kept after a call returns.
+//
+// # Errors
+//
+// I/O errors wrap blockdev sentinels: a reservation conflict is
+// blockdev.ErrFenced (never retried on another path), a lost connection or a
+// failed command is blockdev.ErrIO, a command that timed out is
+// blockdev.ErrTimeout, and a multipath device with no usable path past its
+// hold timeout returns blockdev.ErrNoPath. The NVMe status, when there is
+// one, is also in the chain (errors.As with *StatusError).
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/nvme"
+)
+
+// Options configure a controller connection. Zero values take the defaults
+// named on each field.
+type Options struct {
+	SubNQN  string   // subsystem to connect to (required)
+	HostNQN string   // this host's NQN (default: derived from HostID)
+	HostID  [16]byte // this host's ID; reservations are keyed by it (default: random)
+	// IOQueues is the number of I/O queues (connections), default
+	// min(4, GOMAXPROCS); 0 I/O queues is allowed only for discovery.
+	IOQueues int
+	// QueueDepth is the number of commands in flight per I/O queue
+	// (default 128).
+	QueueDepth   int
+	HeaderDigest bool // CRC32C header digests
+	DataDigest   bool // CRC32C data digests
+	// KATO is the keep-alive timeout given to the controller (default 10 s);
+	// the host sends Keep Alive every KATO/2. Negative disables keep-alive.
+	KATO time.Duration
+	// IOTimeout: a command outstanding longer than this tears the
+	// connection down and the command fails with blockdev.ErrTimeout
+	// (default 30 s).
+	IOTimeout time.Duration
+	// DialTimeout bounds one connection attempt (default 5 s).
+	DialTimeout time.Duration
+	// ReconnectDelay is the first delay between reconnection attempts after
+	// a lost connection; it doubles up to 5 s (default 100 ms).
+	ReconnectDelay time.Duration
+	// CtrlLossTimeout: after a connection loss, I/O waits for a reconnect
+	// this long, then fails; the controller keeps trying to reconnect in
+	// the background (default 10 s). Negative: fail at once.
+	CtrlLossTimeout time.Duration
+	// Logger receives connection events (default: discard).
+	Logger *slog.Logger
+	// Dialer opens TCP connections (default net.Dialer).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// OnAEN is called (from the controller's event goroutine) for every
+	// asynchronous event, after the host handled it itself (e.g. re-read the
+	// ANA log).
+	OnAEN func(AEN)
+}
+
+func (o *Options) setDefaults() {
+	if o.HostID == ([16]byte{}) {
+		o.HostID = randomUUID()
+	}
+	if o.HostNQN == "" {
+		o.HostNQN = "nqn.2014-08.org.nvmexpress:uuid:" + uuidString(o.HostID)
+	}
+	if o.IOQueues == 0 {
+		o.IOQueues = min(4, runtime.GOMAXPROCS(0))
+	}
+	if o.IOQueues < 0 {
+		o.IOQueues = 0
+	}
+	if o.QueueDepth <= 0 {
+		o.QueueDepth = 128
+	}
+	if o.QueueDepth > 1024 {
+		o.QueueDepth = 1024
+	}
+	if o.KATO == 0 {
+		o.KATO = 10 * time.Second
+	}
+	if o.IOTimeout <= 0 {
+		o.IOTimeout = 30 * time.Second
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.ReconnectDelay <= 0 {
+		o.ReconnectDelay = 100 * time.Millisecond
+	}
+	if o.CtrlLossTimeout == 0 {
+		o.CtrlLossTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Dialer == nil {
+		d := &net.Dialer{}
+		o.Dialer = d.DialContext
+	}
+}
+
+// AEN is an asynchronous event reported by the controller.
+type AEN struct {
+	Type    uint8 // nvme.AENType*
+	Info    uint8 // e.g. nvme.AENNoticeANAChange
+	LogPage uint8 // the log page that tells more
+}
+
+// StatusError is a command that completed with a non-zero NVMe status.
+type StatusError struct {
+	Op     string
+	Status nvme.Status
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s: NVMe status %#x (%v)", e.Op, uint16(e.Status.Code()), e.Status)
+}
+
+// Is maps NVMe statuses onto the blockdev sentinels.
+func (e *StatusError) Is(target error) bool {
+	switch target {
+	case blockdev.ErrFenced:
+		return e.Status.Code() == nvme.StatusReservationConflict
+	case blockdev.ErrOutOfRange:
+		return e.Status.Code() == nvme.StatusLBARange || e.Status.Code() == nvme.StatusCapacityExceeded
+	case blockdev.ErrIO:
+		return e.Status.Code() != nvme.StatusReservationConflict
+	}
+	return false
+}
+
+// IsPathError reports whether err is an NVMe path status (ANA inaccessible,
+// transition, persistent loss) or a lost connection: errors that a
+// multipath host retries on another path.
+func IsPathError(err error) bool {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.Status.IsPathError()
+	}
+	return errors.Is(err, errConnLost) || errors.Is(err, errCtrlDown)
+}
+
+var (
+	errCtrlDown = errors.New("controller not connected")
+	errClosed   = fmt.Errorf("controller closed: %w", blockdev.ErrClosed)
+)
+
+// assoc is one association with the controller: the admin queue and the
+// I/O queues of one successful connect. A lost connection on any queue
+// ends the association; the controller then builds a new one.
+type assoc struct {
+	admin  *queue
+	io     []*queue
+	cntlid uint16
+	id     nvme.IdentifyController
+	dead   chan struct{}
+	once   sync.Once
+	err    error
+}
+
+func (a *assoc) fail(err error) {
+	a.once.Do(func() {
+		a.err = err
+		close(a.dead)
+		a.admin.fail(err)
+		for _, q := range a.io {
+			q.fail(err)
+		}
+	})
+}
+
+// Controller is a connection to one NVMe/TCP controller.
+type Controller struct {
+	addr string
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	cur     *assoc        // nil while reconnecting
+	ready   chan struct{} // closed when cur becomes non-nil
+	lost    time.Time     // when the last association was lost
+	closed  bool
+	closeCh chan struct{}
+	wg      sync.WaitGroup
+
+	rr atomic.Uint32
+
+	anaMu  sync.Mutex
+	anaGen uint64
+	ana    map[uint32]ANAState // group -> state, from the last ANA log read
+	anaSub []chan struct{}
+
+	stats struct {
+		reconnects atomic.Int64
+		aens       atomic.Int64
+	}
+}
+
+// Dial connects to the controller of opts.SubNQN at addr (host:port):
+// admin queue, Identify Controller, I/O queues, keep-alive and the
+// asynchronous event handler. After a lost connection the controller
+// reconnects by itself with backoff.
+func Dial(ctx context.Context, addr string, opts Options) (*Controller, error) {
+	if opts.SubNQN == "" {
+		return nil, errors.New("host.Dial: Options.SubNQN is empty; give the subsystem NQN to connect to (see tier0 fabric discover)")
+	}
+	opts.setDefaults()
+	c := &Controller{addr: addr, opts: opts, log: opts.Logger.With("ctrl", addr, "subnqn", opts.SubNQN),
+		ready: make(chan struct{}), closeCh: make(chan struct{}), ana: map[uint32]ANAState{}}
+	a, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.install(a)
+	return c, nil
+}
+
+// Addr is the controller's address.
+func (c *Controller) Addr() string { return c.addr }
+
+// Options returns the options in effect (defaults filled in).
+func (c *Controller) Options() Options { return c.opts }
+
+// Identify returns the Identify Controller data of the current association.
+func (c *Controller) Identify() nvme.IdentifyController {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return nvme.IdentifyController{}
+	}
+	return c.cur.id
+}
+
+// CntlID is the controller ID of the current association (0 while down).
+func (c *Controller) CntlID() uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return 0
+	}
+	return c.cur.cntlid
+}
+
+// Connected reports whether an association is up.
+func (c *Controller) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur != nil
+}
+
+// Reconnects counts associations rebuilt after a lost connection.
+func (c *Controller) Reconnects() int64 { return c.stats.reconnects.Load() }
+
+// connect builds a whole association.
+func (c *Controller) connect(ctx context.Context) (*assoc, error) {
+	o := &c.opts
+	admin, err := dialQueue(ctx, o, c.addr, 0, 32)
+	if err != nil {
+		return nil, err
+	}
+	a := &assoc{admin: admin, dead: make(chan struct{})}
+	fail := func(err error) (*assoc, error) {
+		a.fail(err)
+		return nil, err
+	}
+	kato := uint32(0)
+	if o.KATO > 0 {
+		kato = uint32(o.KATO / time.Millisecond)
+	}
+	cntlid, err := c.fabricsConnect(admin, 0, 31, kato, nvme.CntlIDDynamic)
+	if err != nil {
+		return fail(err)
+	}
+	a.cntlid = cntlid
+	capv, err := c.propGet(admin, nvme.PropCAP, true)
+	if err != nil {
+		return fail(err)
+	}
+	mqes := int(capv&0xFFFF) + 1
+	cc := uint32(nvme.CCEnable) | 6<<16 | 4<<20
+	if err := c.propSet(admin, nvme.PropCC, uint64(cc)); err != nil {
+		return fail(err)
+	}
+	deadline := time.Now().Add(o.DialTimeout)
+	for {
+		csts, err := c.propGet(admin, nvme.PropCSTS, false)
+		if err != nil {
+			return fail(err)
+		}
+		if csts&uint64(nvme.CSTSFatal) != 0 {
+			return fail(fmt.Errorf("controller %s reports a fatal status (CSTS %#x) after enable", c.addr, csts))
+		}
+		if csts&uint64(nvme.CSTSReady) != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("controller %s did not become ready within %v of enable", c.addr, o.DialTimeout))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	buf := make([]byte, nvme.IdentifyLen)
+	if err := c.adminCmd(admin, "identify controller", nvme.IdentifyCmd{CNS: nvme.CNSController}.SQE(0), nil, buf); err != nil {
+		return fail(err)
+	}
+	a.id, err = nvme.ParseIdentifyController(buf)
+	if err != nil {
+		return fail(fmt.Errorf("identify controller from %s: %w", c.addr, err))
+	}
+	if a.id.SubNQN != "" && a.id.SubNQN != o.SubNQN {
+		return fail(fmt.Errorf("controller %s reports subsystem %q, wanted %q", c.addr, a.id.SubNQN, o.SubNQN))
+	}
+	nq := o.IOQueues
+	if nq > 0 && o.SubNQN != nvme.DiscoveryNQN {
+		// Number of Queues: 0's based counts of SQs and CQs.
+		cqe, err := c.adminRaw(admin, nvme.SQE{Opcode: nvme.AdminSetFeatures, CDW10: uint32(nvme.FeatNumQueues),
+			CDW11: uint32(nq-1) | uint32(nq-1)<<16}, nil, nil)
+		if err != nil {
+			return fail(err)
+		}
+		if cqe.Status.OK() {
+			got := int(min(cqe.DW0()&0xFFFF, cqe.DW0()>>16)) + 1
+			if got < nq {
+				nq = got
+			}
+		}
+		depth := min(o.QueueDepth, mqes-1)
+		if depth < 1 {
+			depth = 1
+		}
+		inline := 0
+		if a.id.IOCCSZ > 4 {
+			inline = int(a.id.IOCCSZ)*16 - nvme.SQELen
+		}
+		for i := 1; i <= nq; i++ {
+			q, err := dialQueue(ctx, o, c.addr, uint16(i), depth)
+			if err != nil {
+				return fail(err)
+			}
+			a.io = append(a.io, q)
+			q.inlineMax = inline
+			if _, err := c.fabricsConnect(q, uint16(i), uint16(depth), 0, cntlid); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if o.SubNQN != nvme.DiscoveryNQN && a.id.OAES&nvme.OAESANAChange != 0 {
+		// enable ANA change notices; errors are not fatal (older targets)
+		c.adminRaw(admin, nvme.SQE{Opcode: nvme.AdminSetFeatures, CDW10: uint32(nvme.FeatAsyncEventCfg), CDW11: nvme.OAESANAChange}, nil, nil)
+	}
+	c.log.Info("connected", "cntlid", cntlid, "ioqueues", len(a.io), "digest", admin.digest, "maxh2cdata", admin.maxH2C)
+	return a, nil
+}
+
+// install makes a the current association and starts its helpers.
+func (c *Controller) install(a *assoc) {
+	c.mu.Lock()
+	c.cur = a
+	close(c.ready)
+	c.mu.Unlock()
+	watch := func(q *queue) {
+		defer c.wg.Done()
+		select {
+		case <-q.dead:
+			a.fail(q.deadErr)
+		case <-a.dead:
+		}
+	}
+	c.wg.Add(1 + len(a.io))
+	go watch(a.admin)
+	for _, q := range a.io {
+		go watch(q)
+	}
+	c.wg.Add(3)
+	go c.keepAlive(a)
+	go c.aenLoop(a)
+	go c.supervise(a)
+	if a.id.ANACAP != 0 && c.opts.SubNQN != nvme.DiscoveryNQN {
+		go func() {
+			if err := c.RefreshANA(context.Background()); err != nil {
+				c.log.Warn("reading the ANA log after connect failed", "err", err)
+			}
+		}()
+	}
+}
+
+// supervise waits for the association to end, then reconnects with backoff
+// until Close. It also enforces IOTimeout.
+func (c *Controller) supervise(a *assoc) {
+	defer c.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-a.dead:
+		case <-c.closeCh:
+			a.fail(errClosed)
+			return
+		case now := <-tick.C:
+			for _, q := range a.io {
+				if d := q.oldest(now, nil); d > c.opts.IOTimeout {
+					c.log.Warn("command timed out; resetting the association", "qid", q.qid, "waited", d)
+					a.fail(fmt.Errorf("a command on queue %d waited %v, past the %v I/O timeout: %w", q.qid, d.Round(time.Millisecond), c.opts.IOTimeout, blockdev.ErrTimeout))
+				}
+			}
+			continue
+		}
+		break
+	}
+	c.mu.Lock()
+	if c.cur == a {
+		c.cur = nil
+		c.ready = make(chan struct{})
+		c.lost = time.Now()
+	}
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return
+	}
+	c.log.Warn("association lost; reconnecting", "err", a.err)
+	c.notifyANA()
+	delay := c.opts.ReconnectDelay
+	for {
+		select {
+		case <-c.closeCh:
+			return
+		case <-time.After(delay):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 4*c.opts.DialTimeout)
+		na, err := c.connect(ctx)
+		cancel()
+		if err == nil {
+			c.mu.Lock()
+			if c.closed {
+				c.mu.Unlock()
+				na.fail(errClosed)
+				return
+			}
+			c.mu.Unlock()
+			c.stats.reconnects.Add(1)
+			c.install(na)
+			return
+		}
+		c.log.Warn("reconnect failed", "err", err, "retry_in", delay)
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+// keepAlive sends Keep Alive every KATO/2 on the admin queue.
+func (c *Controller) keepAlive(a *assoc) {
+	defer c.wg.Done()
+	if c.opts.KATO <= 0 {
+		return
+	}
+	t := time.NewTicker(c.opts.KATO / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.dead:
+			return
+		case <-t.C:
+			cqe, err := c.adminRaw(a.admin, nvme.SQE{Opcode: nvme.AdminKeepAlive}, nil, nil)
+			if err == nil && !cqe.Status.OK() {
+				err = &StatusError{Op: "keep alive", Status: cqe.Status}
+			}
+			if err != nil {
+				c.log.Warn("keep alive failed", "err", err)
+				a.fail(fmt.Errorf("keep alive: %w", err))
+				return
+			}
+		}
+	}
+}
+
+// aenLoop keeps one Asynchronous Event Request outstanding and handles
+// what it returns.
+func (c *Controller) aenLoop(a *assoc) {
+	defer c.wg.Done()
+	if c.opts.SubNQN == nvme.DiscoveryNQN {
+		return
+	}
+	for {
+		cqe, err := a.admin.submit(&cmd{sqe: nvme.SQE{Opcode: nvme.AdminAsyncEvent}})
+		if err != nil {
+			return
+		}
+		if !cqe.Status.OK() {
+			c.log.Debug("asynchronous event request refused", "status", cqe.Status)
+			return
+		}
+		dw0 := cqe.DW0()
+		ev := AEN{Type: uint8(dw0 & 0x7), Info: uint8(dw0 >> 8), LogPage: uint8(dw0 >> 16)}
+		c.stats.aens.Add(1)
+		c.log.Info("asynchronous event", "type", ev.Type, "info", ev.Info, "log", ev.LogPage)
+		if ev.Type == nvme.AENTypeNotice && ev.Info == nvme.AENNoticeANAChange {
+			if err := c.RefreshANA(context.Background()); err != nil {
+				c.log.Warn("re-reading the ANA log failed", "err", err)
+			}
+		}
+		if c.opts.OnAEN != nil {
+			c.opts.OnAEN(ev)
+		}
+	}
+}
+
+// Close disconnects and stops reconnecting. Namespaces of the controller
+// fail with blockdev.ErrClosed afterwards.
+func (c *Controller) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	a := c.cur
+	close(c.closeCh)
+	c.mu.Unlock()
+	if a != nil {
+		// polite shutdown: CC.SHN normal; ignore failures
+		done := make(chan struct{})
+		go func() {
+			c.propSet(a.admin, nvme.PropCC, uint64(nvme.CCEnable)|1<<14|6<<16|4<<20)
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+		a.fail(errClosed)
+	}
+	c.wg.Wait()
+	c.notifyANA()
+	return nil
+}
+
+// current returns the live association, waiting for a reconnect up to
+// CtrlLossTimeout from the loss (or until ctx ends).
+func (c *Controller) current(ctx context.Context) (*assoc, error) {
+	for {
+		c.mu.Lock()
+		a, ready, closed, lost := c.cur, c.ready, c.closed, c.lost
+		c.mu.Unlock()
+		if closed {
+			return nil, errClosed
+		}
+		if a != nil {
+			return a, nil
+		}
+		limit := c.opts.CtrlLossTimeout
+		wait := time.Until(lost.Add(limit))
+		if limit < 0 || wait <= 0 {
+			return nil, fmt.Errorf("controller %s: %w for %v (reconnecting in the background): %w", c.addr, errCtrlDown, time.Since(lost).Round(time.Millisecond), blockdev.ErrIO)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ready:
+			t.Stop()
+		case <-t.C:
+		case <-c.closeCh:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// now returns the live association without waiting.
+func (c *Controller) now() (*assoc, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errClosed
+	}
+	if c.cur == nil {
+		return nil, fmt.Errorf("controller %s: %w: %w", c.addr, errCtrlDown, blockdev.ErrIO)
+	}
+	return c.cur, nil
+}
+
+// fabricsConnect sends Connect on q and returns the controller ID.
+func (c *Controller) fabricsConnect(q *queue, qid, sqsize uint16, kato uint32, cntlid uint16) (uint16, error) {
+	d := nvme.ConnectData{HostID: c.opts.HostID, CntlID: cntlid, SubNQN: c.opts.SubNQN, HostNQN: c.opts.HostNQN}
+	data := d.Append(make([]byte, 0, nvme.ConnectDataLen))
+	sqe := nvme.ConnectCmd{QID: qid, SQSize: sqsize, KATO: kato}.SQE(0)
+	inl := q.inlineMax
+	q.inlineMax = nvme.ConnectDataLen
+	cqe, err := q.submit(&cmd{sqe: sqe, wdata: data})
+	q.inlineMax = inl
+	if err != nil {
+		return 0, fmt.Errorf("connect queue %d to %s: %w", qid, c.addr, err)
+	}
+	if !cqe.Status.OK() {
+		return 0, fmt.Errorf("controller %s refused connect of queue %d (subsystem %q, host %q): %w", c.addr, qid, c.opts.SubNQN, c.opts.HostNQN,
+			&StatusError{Op: "connect", Status: cqe.Status})
+	}
+	return uint16(cqe.DW0()), nil
+}
+
+func (c *Controller) propGet(q *queue, off uint32, size8 bool) (uint64, error) {
+	cqe, err := q.submit(&cmd{sqe: nvme.PropertyCmd{Offset: off, Size8: size8}.SQE(0, false)})
+	if err != nil {
+		return 0, err
+	}
+	if !cqe.Status.OK() {
+		return 0, &StatusError{Op: fmt.Sprintf("property get %#x", off), Status: cqe.Status}
+	}
+	if size8 {
+		return cqe.Result, nil
+	}
+	return uint64(cqe.DW0()), nil
+}
+
+func (c *Controller) propSet(q *queue, off uint32, v uint64) error {
+	cqe, err := q.submit(&cmd{sqe: nvme.PropertyCmd{Offset: off, Value: v}.SQE(0, true)})
+	if err != nil {
+		return err
+	}
+	if !cqe.Status.OK() {
+		return &StatusError{Op: fmt.Sprintf("property set %#x", off), Status: cqe.Status}
+	}
+	return nil
+}
+
+func (c *Controller) adminRaw(q *queue, sqe nvme.SQE, w, r []byte) (nvme.CQE, error) {
+	return q.submit(&cmd{sqe: sqe, wdata: w, rdata: r})
+}
+
+func (c *Controller) adminCmd(q *queue, op string, sqe nvme.SQE, w, r []byte) error {
+	cqe, err := c.adminRaw(q, sqe, w, r)
+	if err != nil {
+		return fmt.Errorf("%s on %s: %w", op, c.addr, err)
+	}
+	if !cqe.Status.OK() {
+		return &StatusError{Op: op, Status: cqe.Status}
+	}
+	return nil
+}
+
+// Admin runs an admin command on the current association (waiting for a
+// reconnect as I/O does). w is sent to the controller, r receives data.
+func (c *Controller) Admin(ctx context.Context, sqe nvme.SQE, w, r []byte) (nvme.CQE, error) {
+	a, err := c.current(ctx)
+	if err != nil {
+		return nvme.CQE{}, err
+	}
+	cqe, err := a.admin.submit(&cmd{sqe: sqe, wdata: w, rdata: r})
+	if err != nil {
+		return cqe, fmt.Errorf("admin command %#x on %s: %w: %w", sqe.Opcode, c.addr, err, blockdev.ErrIO)
+	}
+	return cqe, nil
+}
+
+// GetLogPage reads len(buf) bytes (a multiple of 4) of log page lid.
+func (c *Controller) GetLogPage(ctx context.Context, lid, lsp uint8, nsid uint32, off uint64, buf []byte) error {
+	cqe, err := c.Admin(ctx, nvme.GetLogPageCmd{LID: lid, LSP: lsp, Len: uint32(len(buf)), Offset: off, NSID: nsid}.SQE(0), nil, buf)
+	if err != nil {
+		return err
+	}
+	if !cqe.Status.OK() {
+		return &StatusError{Op: fmt.Sprintf("get log page %#x", lid), Status: cqe.Status}
+	}
+	return nil
+}
+
+// IdentifyNamespace returns the Identify Namespace data of nsid.
+func (c *Controller) IdentifyNamespace(ctx context.Context, nsid uint32) (nvme.IdentifyNamespace, error) {
+	buf := make([]byte, nvme.IdentifyLen)
+	cqe, err := c.Admin(ctx, nvme.IdentifyCmd{CNS: nvme.CNSNamespace, NSID: nsid}.SQE(0), nil, buf)
+	if err != nil {
+		return nvme.IdentifyNamespace{}, err
+	}
+	if !cqe.Status.OK() {
+		return nvme.IdentifyNamespace{}, &StatusError{Op: fmt.Sprintf("identify namespace %d", nsid), Status: cqe.Status}
+	}
+	return nvme.ParseIdentifyNamespace(buf)
+}
+
+// ActiveNamespaces lists the active namespace IDs.
+func (c *Controller) ActiveNamespaces(ctx context.Context) ([]uint32, error) {
+	buf := make([]byte, nvme.IdentifyLen)
+	cqe, err := c.Admin(ctx, nvme.IdentifyCmd{CNS: nvme.CNSActiveNSList}.SQE(0), nil, buf)
+	if err != nil {
+		return nil, err
+	}
+	if !cqe.Status.OK() {
+		return nil, &StatusError{Op: "identify active namespace list", Status: cqe.Status}
+	}
+	return nvme.ParseNSList(buf)
+}
+
+// ioQueue picks an I/O queue of a round robin.
+func (a *assoc) ioQueue(c *Controller) (*queue, error) {
+	if len(a.io) == 0 {
+		return nil, fmt.Errorf("controller %s has no I/O queues: %w", c.addr, blockdev.ErrIO)
+	}
+	return a.io[int(c.rr.Add(1))%len(a.io)], nil
+}
+
+// I/O flags.
+const (
+	ioNoRetry  = 1 << iota // do not resend after a lost connection
+	ioFailFast             // do not wait for a reconnect (multipath)
+)
+
+// io runs one I/O command, retrying it on a new association when the
+// connection is lost (within CtrlLossTimeout) unless ioNoRetry.
+func (c *Controller) io(op string, sqe nvme.SQE, w, r []byte, flags int) (nvme.CQE, error) {
+	noRetry := flags&(ioNoRetry|ioFailFast) != 0
+	for {
+		var a *assoc
+		var err error
+		if flags&ioFailFast != 0 {
+			a, err = c.now()
+		} else {
+			a, err = c.current(context.Background())
+		}
+		if err != nil {
+			return nvme.CQE{}, fmt.Errorf("%s: %w", op, err)
+		}
+		q, err := a.ioQueue(c)
+		if err != nil {
+			return nvme.CQE{}, err
+		}
+		cqe, err := q.submit(&cmd{sqe: sqe, wdata: w, rdata: r})
+		if err == nil {
+			return cqe, nil
+		}
+		// the queue failed: make sure the association is torn down so that
+		// current() waits for the reconnect
+		a.fail(err)
+		if noRetry || errors.Is(a.err, errClosed) {
+			return cqe, fmt.Errorf("%s on %s: %w: %w", op, c.addr, err, ioErrKind(a.err))
+		}
+		if errors.Is(a.err, blockdev.ErrTimeout) {
+			return cqe, fmt.Errorf("%s on %s: %w", op, c.addr, a.err)
+		}
+	}
+}
+
+func ioErrKind(err error) error {
+	switch {
+	case errors.Is(err, blockdev.ErrClosed):
+		return blockdev.ErrClosed
+	case errors.Is(err, blockdev.ErrTimeout):
+		return blockdev.ErrTimeout
+	}
+	return blockdev.ErrIO
+}

@@ -1,0 +1,421 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tier0/daemon/nvme"
+)
+
+// errConnLost is the transport-level failure of one queue's connection. The
+// commands in flight on it fail with it (wrapped with blockdev.ErrIO by the
+// callers) and the controller reconnects.
+var errConnLost = errors.New("nvme/tcp connection lost")
+
+// slot is the per-CID state of one command in flight. Slots are reused: a
+// CID is taken from queue.free, its slot filled, and the CID returned once
+// the submitter has read the result.
+type slot struct {
+	rbuf   []byte // C2HData destination (the caller's buffer)
+	wbuf   []byte // data sent on R2T
+	cqe    nvme.CQE
+	err    error
+	done   chan struct{} // buffered 1: signalled once per command
+	start  atomic.Int64  // unix nanos when submitted, 0 when idle
+	hdr    [nvme.CapsuleCmdHLen + nvme.DigestLen]byte
+	rcvd   int  // bytes of C2HData received
+	active bool // guarded by queue.rmu
+}
+
+// queue is one NVMe/TCP connection: the admin queue (qid 0) or an I/O
+// queue. Many commands are in flight at once, tagged by CID; one reader
+// goroutine per queue receives completions, data and R2Ts. Senders write
+// through a shared bufio.Writer; the last sender of a burst flushes, so
+// concurrent submissions coalesce into few socket writes.
+type queue struct {
+	qid       uint16
+	conn      net.Conn
+	log       *slog.Logger
+	digest    uint8 // nvme.DigestHeader | nvme.DigestData as negotiated
+	maxH2C    uint32
+	inlineMax int // most bytes of in-capsule write data
+
+	wmu     sync.Mutex
+	bw      *bufio.Writer
+	pending atomic.Int32
+	scratch []byte // H2CData header scratch, guarded by wmu
+
+	br    *bufio.Reader
+	rmu   sync.Mutex
+	slots []slot
+	free  chan uint16
+
+	dead     chan struct{}
+	deadOnce sync.Once
+	deadErr  error
+}
+
+// dialQueue connects one queue: TCP connect, ICReq/ICResp exchange, start
+// of the reader goroutine. The Fabrics Connect command is the caller's.
+func dialQueue(ctx context.Context, o *Options, addr string, qid uint16, depth int) (*queue, error) {
+	dctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	conn, err := o.Dialer(dctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("connecting queue %d to %s: %w", qid, addr, err)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	q := &queue{qid: qid, conn: conn, log: o.Logger.With("addr", addr, "qid", qid), dead: make(chan struct{})}
+	var want uint8
+	if o.HeaderDigest {
+		want |= nvme.DigestHeader
+	}
+	if o.DataDigest {
+		want |= nvme.DigestData
+	}
+	deadline, _ := dctx.Deadline()
+	conn.SetDeadline(deadline)
+	req := nvme.ICReq{Digest: want}.Append(make([]byte, 0, nvme.ICReqLen))
+	if _, err := conn.Write(req); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("sending ICReq on queue %d to %s: %w", qid, addr, err)
+	}
+	resp := make([]byte, nvme.ICRespLen)
+	if _, err := io.ReadFull(conn, resp); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("reading ICResp on queue %d from %s: %w", qid, addr, err)
+	}
+	ic, err := nvme.ParseICResp(resp)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("ICResp from %s: %w", addr, err)
+	}
+	if ic.PFV != 0 || ic.CPDA != 0 {
+		conn.Close()
+		return nil, fmt.Errorf("ICResp from %s: pfv %d cpda %d, this host supports pfv 0 and cpda 0 only", addr, ic.PFV, ic.CPDA)
+	}
+	if ic.Digest != want {
+		conn.Close()
+		return nil, fmt.Errorf("ICResp from %s: digests %#x, asked for %#x (header digest %v, data digest %v)", addr, ic.Digest, want, o.HeaderDigest, o.DataDigest)
+	}
+	if ic.MaxData < 4096 {
+		conn.Close()
+		return nil, fmt.Errorf("ICResp from %s: maxh2cdata %d, the specification requires at least 4096", addr, ic.MaxData)
+	}
+	conn.SetDeadline(time.Time{})
+	q.digest = ic.Digest
+	q.maxH2C = ic.MaxData
+	q.inlineMax = 8192 - nvme.SQELen
+	q.bw = bufio.NewWriterSize(conn, 64<<10)
+	q.br = bufio.NewReaderSize(conn, 64<<10)
+	q.scratch = make([]byte, 0, nvme.DataHLen+nvme.DigestLen)
+	q.slots = make([]slot, depth)
+	q.free = make(chan uint16, depth)
+	for i := range q.slots {
+		q.slots[i].done = make(chan struct{}, 1)
+		q.free <- uint16(i)
+	}
+	go q.readLoop()
+	return q, nil
+}
+
+// fail tears the connection down and fails every command in flight.
+func (q *queue) fail(err error) {
+	q.deadOnce.Do(func() {
+		q.deadErr = err
+		close(q.dead)
+		q.conn.Close()
+		q.rmu.Lock()
+		for i := range q.slots {
+			s := &q.slots[i]
+			if s.active {
+				s.active = false
+				s.err = err
+				s.done <- struct{}{}
+			}
+		}
+		q.rmu.Unlock()
+	})
+}
+
+func (q *queue) isDead() bool {
+	select {
+	case <-q.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// cmd is one command to submit.
+type cmd struct {
+	sqe   nvme.SQE
+	wdata []byte // host-to-controller data (in-capsule or R2T)
+	rdata []byte // controller-to-host data destination
+}
+
+// submit sends c and waits for its completion. It returns the CQE, or an
+// error wrapping errConnLost when the connection failed first. A non-zero
+// NVMe status is not an error here; callers interpret cqe.Status.
+func (q *queue) submit(c *cmd) (nvme.CQE, error) {
+	var cid uint16
+	select {
+	case cid = <-q.free:
+	case <-q.dead:
+		return nvme.CQE{}, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, q.deadErr)
+	}
+	s := &q.slots[cid]
+	s.rbuf, s.wbuf, s.err, s.rcvd = c.rdata, c.wdata, nil, 0
+	sqe := c.sqe
+	sqe.CID = cid
+	sqe.Flags |= nvme.SQEFlagSGLMeta
+	inline := 0
+	switch {
+	case len(c.wdata) > 0 && len(c.wdata) <= q.inlineMax:
+		inline = len(c.wdata)
+		sqe.DPTR = nvme.SGL{Length: uint32(inline), Type: nvme.SGLTypeInCapsule}
+	case len(c.wdata) > 0:
+		sqe.DPTR = nvme.SGL{Length: uint32(len(c.wdata)), Type: nvme.SGLTypeTransport}
+	case len(c.rdata) > 0:
+		sqe.DPTR = nvme.SGL{Length: uint32(len(c.rdata)), Type: nvme.SGLTypeTransport}
+	default:
+		sqe.DPTR = nvme.SGL{Type: nvme.SGLTypeTransport}
+	}
+	hdr := nvme.AppendCapsuleCmd(s.hdr[:0], &sqe, inline, q.digest)
+	var dd [4]byte
+	if inline > 0 && q.digest&nvme.DigestData != 0 {
+		binary.LittleEndian.PutUint32(dd[:], nvme.CRC32C(c.wdata))
+	}
+
+	q.rmu.Lock()
+	if q.isDead() {
+		q.rmu.Unlock()
+		q.free <- cid
+		return nvme.CQE{}, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, q.deadErr)
+	}
+	s.active = true
+	s.start.Store(time.Now().UnixNano())
+	q.rmu.Unlock()
+
+	q.pending.Add(1)
+	q.wmu.Lock()
+	_, err := q.bw.Write(hdr)
+	if err == nil && inline > 0 {
+		_, err = q.bw.Write(c.wdata)
+		if err == nil && q.digest&nvme.DigestData != 0 {
+			_, err = q.bw.Write(dd[:])
+		}
+	}
+	if q.pending.Add(-1) == 0 && err == nil {
+		err = q.bw.Flush()
+	}
+	q.wmu.Unlock()
+	if err != nil {
+		q.fail(fmt.Errorf("writing to the socket: %w", err))
+	}
+	<-s.done
+	cqe, err := s.cqe, s.err
+	s.rbuf, s.wbuf = nil, nil
+	s.start.Store(0)
+	q.free <- cid
+	if err != nil {
+		return cqe, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, err)
+	}
+	return cqe, nil
+}
+
+// oldest returns how long the oldest command in flight has waited, or 0.
+// Commands listed in skip (the outstanding AER) are ignored.
+func (q *queue) oldest(now time.Time, skip func(cid int) bool) time.Duration {
+	var max time.Duration
+	for i := range q.slots {
+		st := q.slots[i].start.Load()
+		if st == 0 || (skip != nil && skip(i)) {
+			continue
+		}
+		if d := now.Sub(time.Unix(0, st)); d > max {
+			max = d
+		}
+	}
+	return max
+}
+
+// complete finishes the command in slot cid (called by the reader).
+func (q *queue) complete(cid uint16, cqe nvme.CQE) error {
+	q.rmu.Lock()
+	defer q.rmu.Unlock()
+	if int(cid) >= len(q.slots) || !q.slots[cid].active {
+		return fmt.Errorf("completion for cid %d that is not in flight", cid)
+	}
+	s := &q.slots[cid]
+	s.active = false
+	s.cqe = cqe
+	s.done <- struct{}{}
+	return nil
+}
+
+func (q *queue) activeSlot(cid uint16) (*slot, error) {
+	q.rmu.Lock()
+	defer q.rmu.Unlock()
+	if int(cid) >= len(q.slots) || !q.slots[cid].active {
+		return nil, fmt.Errorf("PDU for cid %d that is not in flight", cid)
+	}
+	return &q.slots[cid], nil
+}
+
+// readLoop receives PDUs until the connection fails.
+func (q *queue) readLoop() {
+	err := q.read()
+	q.fail(err)
+}
+
+func (q *queue) read() error {
+	var hb [nvme.ICRespLen + nvme.DigestLen]byte
+	var dd [nvme.DigestLen]byte
+	for {
+		if _, err := io.ReadFull(q.br, hb[:nvme.CommonHeaderLen]); err != nil {
+			return fmt.Errorf("reading a PDU header: %w", err)
+		}
+		hlen := int(hb[2])
+		if hlen < nvme.CommonHeaderLen || hlen > nvme.ICRespLen {
+			return fmt.Errorf("PDU type %#x with hlen %d", hb[0], hlen)
+		}
+		hd := 0
+		if hb[1]&nvme.FlagHDGST != 0 {
+			hd = nvme.DigestLen
+		}
+		if _, err := io.ReadFull(q.br, hb[nvme.CommonHeaderLen:hlen+hd]); err != nil {
+			return fmt.Errorf("reading a PDU header: %w", err)
+		}
+		h, err := nvme.ParseHeader(hb[:hlen])
+		if err != nil {
+			return err
+		}
+		if hd > 0 && !nvme.CheckDigest(hb[:hlen], hb[hlen:hlen+hd]) {
+			return fmt.Errorf("%v PDU: header digest mismatch", h.Type)
+		}
+		if (hd > 0) != (q.digest&nvme.DigestHeader != 0) && h.Type != nvme.PDUC2HTermReq {
+			return fmt.Errorf("%v PDU: header digest flag %v disagrees with the negotiated digests", h.Type, hd > 0)
+		}
+		switch h.Type {
+		case nvme.PDUCapsuleResp:
+			cqe, err := nvme.ParseCapsuleResp(hb[:hlen])
+			if err != nil {
+				return err
+			}
+			if err := q.complete(cqe.CID, cqe); err != nil {
+				return err
+			}
+		case nvme.PDUC2HData:
+			p, err := nvme.ParseDataPDU(hb[:hlen])
+			if err != nil {
+				return err
+			}
+			if pad := int(h.PDO) - hlen - hd; pad > 0 {
+				if _, err := q.br.Discard(pad); err != nil {
+					return err
+				}
+			}
+			s, err := q.activeSlot(p.CID)
+			if err != nil {
+				return err
+			}
+			end := uint64(p.Offset) + uint64(p.Length)
+			if end > uint64(len(s.rbuf)) {
+				return fmt.Errorf("C2HData cid %d: offset %d length %d past the %d-byte buffer", p.CID, p.Offset, p.Length, len(s.rbuf))
+			}
+			dst := s.rbuf[p.Offset:end]
+			if _, err := io.ReadFull(q.br, dst); err != nil {
+				return fmt.Errorf("reading C2HData: %w", err)
+			}
+			if h.Flags&nvme.FlagDDGST != 0 {
+				if _, err := io.ReadFull(q.br, dd[:]); err != nil {
+					return err
+				}
+				if !nvme.CheckDigest(dst, dd[:]) {
+					return fmt.Errorf("C2HData cid %d offset %d: data digest mismatch", p.CID, p.Offset)
+				}
+			}
+			s.rcvd += int(p.Length)
+			if h.Flags&nvme.FlagDataSuccess != 0 {
+				if h.Flags&nvme.FlagDataLast == 0 {
+					return fmt.Errorf("C2HData cid %d: SUCCESS without LAST", p.CID)
+				}
+				if err := q.complete(p.CID, nvme.CQE{CID: p.CID, SQID: q.qid}); err != nil {
+					return err
+				}
+			}
+		case nvme.PDUR2T:
+			r, err := nvme.ParseR2T(hb[:hlen])
+			if err != nil {
+				return err
+			}
+			s, err := q.activeSlot(r.CID)
+			if err != nil {
+				return err
+			}
+			if err := q.sendH2C(s, r); err != nil {
+				return err
+			}
+		case nvme.PDUC2HTermReq:
+			rest := make([]byte, int(h.PLen)-hlen-hd)
+			io.ReadFull(q.br, rest)
+			t, _ := nvme.ParseTermReq(append(hb[:hlen:hlen], rest...))
+			return fmt.Errorf("controller terminated the connection: C2HTermReq fes %#x fei %#x", t.FES, t.FEI)
+		default:
+			return fmt.Errorf("unexpected %v PDU from the controller", h.Type)
+		}
+	}
+}
+
+// sendH2C answers an R2T with H2CData PDUs of at most maxH2C bytes.
+func (q *queue) sendH2C(s *slot, r nvme.R2T) error {
+	end := uint64(r.Offset) + uint64(r.Length)
+	if end > uint64(len(s.wbuf)) || r.Length == 0 {
+		return fmt.Errorf("R2T cid %d: offset %d length %d outside the %d-byte write", r.CID, r.Offset, r.Length, len(s.wbuf))
+	}
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	off := uint64(r.Offset)
+	var dd [nvme.DigestLen]byte
+	for off < end {
+		n := end - off
+		if n > uint64(q.maxH2C) {
+			n = uint64(q.maxH2C)
+		}
+		p := nvme.DataPDU{Type: nvme.PDUH2CData, CID: r.CID, TTag: r.TTag, Offset: uint32(off), Length: uint32(n)}
+		if off+n == end {
+			p.Flags = nvme.FlagDataLast
+		}
+		q.scratch = p.Append(q.scratch[:0], q.digest)
+		data := s.wbuf[off : off+n]
+		if _, err := q.bw.Write(q.scratch); err != nil {
+			return err
+		}
+		if _, err := q.bw.Write(data); err != nil {
+			return err
+		}
+		if q.digest&nvme.DigestData != 0 {
+			binary.LittleEndian.PutUint32(dd[:], nvme.CRC32C(data))
+			if _, err := q.bw.Write(dd[:]); err != nil {
+				return err
+			}
+		}
+		off += n
+	}
+	if q.pending.Load() == 0 {
+		return q.bw.Flush()
+	}
+	return nil
+}
