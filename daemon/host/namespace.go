@@ -272,4 +272,3 @@ func (n *Namespace) Report() (nvme.ResvStatus, error) {
 	}
 	return nvme.ParseResvStatus(buf)
 }
-
