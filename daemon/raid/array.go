@@ -1,0 +1,761 @@
+package raid
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tier0/daemon/blockdev"
+)
+
+const stripeLocks = 4096
+
+// errGone is returned internally by member I/O when the member was just
+// marked failed; the caller re-plans the stripe with the new view.
+var errGone = errors.New("member failed during request")
+
+type member struct {
+	role     int
+	dev      blockdev.Device
+	state    atomic.Uint32 // roleActive, roleFailed, roleRebuilding, roleEmpty
+	recovery atomic.Int64  // rebuilding: stripes below this are in sync
+	full     bool          // rebuilding: every stripe needs rebuilding
+	dirty    []bool        // rebuilding (delta): regions that need it
+	reason   string
+}
+
+// Array is a RAID array over blockdev members. It implements
+// blockdev.Device and blockdev.FUAWriter.
+type Array struct {
+	geo   Geometry
+	uuid  [16]byte
+	pol   Policy
+	log   *slog.Logger
+	clock Clock
+	coder *coder
+	logOn bool
+
+	members []atomic.Pointer[member]
+
+	mu        sync.Mutex // guards the superblock template and state changes
+	sbt       superblock
+	dead      atomic.Bool
+	stopped   atomic.Bool
+	fenced    atomic.Bool
+	dirtyOnSB atomic.Bool // the superblocks say "not clean"
+
+	sbMu  sync.Mutex
+	locks [stripeLocks]sync.Mutex
+
+	bm *bitmap
+	jl *journal
+	bg *background
+
+	fgOps      atomic.Int64
+	fgInflight atomic.Int64
+	rr         atomic.Uint64
+}
+
+func (p *Policy) defaults() {
+	if p.Logger == nil {
+		p.Logger = slog.Default()
+	}
+	if p.Clock == nil {
+		p.Clock = wallClock{}
+	}
+	if p.ProgressEvery == 0 {
+		p.ProgressEvery = time.Second
+	}
+}
+
+// Create makes a new array over members (role i = members[i]), writing a
+// superblock, an empty bitmap and an empty log on each. Unless
+// cfg.AssumeClean, an initial parity sync runs in the background.
+func Create(members []blockdev.Device, cfg Config) (*Array, error) {
+	n := len(members)
+	if n > maxMembers {
+		return nil, fmt.Errorf("%d members: at most %d are supported: %w", n, maxMembers, ErrInvalidConfig)
+	}
+	min := map[Level]int{RAID0: 2, RAID1: 2, RAID5: 3, RAID6: 4}
+	m, ok := min[cfg.Level]
+	if !ok {
+		return nil, fmt.Errorf("level %d: want 0, 1, 5 or 6: %w", cfg.Level, ErrInvalidConfig)
+	}
+	if n < m {
+		return nil, fmt.Errorf("%s needs at least %d members, got %d: %w", cfg.Level, m, n, ErrInvalidConfig)
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = 64 << 10
+	}
+	if cfg.ChunkSize < metaBlock || cfg.ChunkSize&(cfg.ChunkSize-1) != 0 {
+		return nil, fmt.Errorf("chunk size %d: want a power of two of at least %d: %w", cfg.ChunkSize, metaBlock, ErrInvalidConfig)
+	}
+	if cfg.BitmapRegion == 0 {
+		cfg.BitmapRegion = 4 << 20
+	}
+	if cfg.LogSlots == 0 {
+		cfg.LogSlots = 32
+	}
+	bs := 0
+	minSize := int64(-1)
+	for i, d := range members {
+		if d == nil {
+			return nil, fmt.Errorf("member %d is nil: Create needs every member: %w", i, ErrInvalidConfig)
+		}
+		if d.BlockSize() > bs {
+			bs = d.BlockSize()
+		}
+		if minSize < 0 || d.Size() < minSize {
+			minSize = d.Size()
+		}
+	}
+	if bs > metaBlock || cfg.ChunkSize%bs != 0 {
+		return nil, fmt.Errorf("member block size %d: must divide %d and the chunk size %d: %w", bs, metaBlock, cfg.ChunkSize, ErrInvalidConfig)
+	}
+	slots := cfg.LogSlots
+	if cfg.DisableLog {
+		slots = 0
+	}
+	g, sb, err := layout(cfg.Level, n, int64(cfg.ChunkSize), bs, minSize, cfg.BitmapRegion, slots)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.UUID == ([16]byte{}) {
+		if _, err := rand.Read(cfg.UUID[:]); err != nil {
+			return nil, err
+		}
+	}
+	sb.ArrayUUID = cfg.UUID
+	sb.Epoch = cfg.Epoch
+	sb.Events = 1
+	if cfg.DisableLog {
+		sb.Flags |= flagLogDisabled
+	}
+	if cfg.AssumeClean {
+		sb.Flags |= flagClean
+	}
+	for i := 0; i < n; i++ {
+		sb.RoleState[i] = roleActive
+	}
+	a, err := newArray(g, sb, cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range members {
+		mb := &member{role: i, dev: d}
+		mb.state.Store(uint32(roleActive))
+		a.members[i].Store(mb)
+	}
+	// Fresh metadata: bitmap all set unless assumed clean, log zeroed.
+	if !cfg.AssumeClean {
+		a.bm.setAll()
+	}
+	zero := blockdev.AlignedBuffer(metaBlock)
+	errs := a.each(func(mb *member) error {
+		if err := a.bm.writeAll(mb.dev); err != nil {
+			return err
+		}
+		for k := 0; k < a.jl.slots; k++ {
+			if _, err := mb.dev.WriteAt(zero, a.jl.slotOff(k)); err != nil {
+				return err
+			}
+		}
+		return mb.dev.Flush()
+	})
+	for i, e := range errs {
+		if e != nil {
+			return nil, fmt.Errorf("initializing member %d: %w", i, e)
+		}
+	}
+	if err := a.writeSuperblocks(); err != nil {
+		return nil, err
+	}
+	a.dirtyOnSB.Store(!cfg.AssumeClean)
+	a.bg.start()
+	if !cfg.AssumeClean && g.ParityDisks > 0 {
+		a.bg.enqueue(task{kind: taskResync})
+	}
+	a.log.Info("raid array created", "uuid", fmtUUID(a.uuid), "level", g.Level, "members", n,
+		"chunk", g.ChunkSize, "capacity", g.Capacity)
+	return a, nil
+}
+
+func newArray(g Geometry, sb *superblock, pol Policy) (*Array, error) {
+	pol.defaults()
+	c, err := newCoder(g.Level, g.DataDisks)
+	if err != nil {
+		return nil, err
+	}
+	a := &Array{geo: g, uuid: sb.ArrayUUID, pol: pol, log: pol.Logger, clock: pol.Clock, coder: c,
+		logOn: sb.Flags&flagLogDisabled == 0 && sb.LogSlots > 0 && (g.Level == RAID5 || g.Level == RAID6)}
+	a.sbt = *sb
+	a.members = make([]atomic.Pointer[member], g.Members)
+	a.bm = newBitmap(a, int64(sb.RegionStripes), int64(sb.BitmapBytes))
+	a.jl = newJournal(a, int64(sb.LogOffset), int(sb.LogSlots), int64(sb.LogSlotSize))
+	a.bg = newBackground(a)
+	return a, nil
+}
+
+func fmtUUID(u [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// UUID returns the array UUID.
+func (a *Array) UUID() [16]byte { return a.uuid }
+
+// Geometry returns the array's shape.
+func (a *Array) Geometry() Geometry { return a.geo }
+
+// Size implements blockdev.Device.
+func (a *Array) Size() int64 { return a.geo.Capacity }
+
+// BlockSize implements blockdev.Device.
+func (a *Array) BlockSize() int { return a.geo.BlockSize }
+
+func (a *Array) emit(e Event) {
+	e.Array = a.uuid
+	if e.Time.IsZero() {
+		e.Time = a.clock.Now()
+	}
+	if a.pol.Listener != nil {
+		a.pol.Listener(e)
+	}
+}
+
+func (a *Array) member(role int) *member { return a.members[role].Load() }
+
+// inSync reports whether role holds valid data for stripe s.
+func (a *Array) inSync(m *member, s int64) bool {
+	if m == nil {
+		return false
+	}
+	switch uint8(m.state.Load()) {
+	case roleActive:
+		return true
+	case roleRebuilding:
+		if s < m.recovery.Load() {
+			return true
+		}
+		return !m.full && !m.dirty[s/a.bm.regionStripes]
+	}
+	return false
+}
+
+// present reports whether role takes part in I/O at all (active or
+// rebuilding).
+func present(m *member) bool {
+	if m == nil {
+		return false
+	}
+	st := uint8(m.state.Load())
+	return st == roleActive || st == roleRebuilding
+}
+
+// each runs f on every present member in parallel and returns the errors
+// by role.
+func (a *Array) each(f func(m *member) error) []error {
+	errs := make([]error, a.geo.Members)
+	var wg sync.WaitGroup
+	for r := range a.members {
+		m := a.member(r)
+		if !present(m) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(m)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// failedCount counts roles not active (failed, missing or rebuilding).
+func (a *Array) notActive() int {
+	c := 0
+	for r := range a.members {
+		m := a.member(r)
+		if m == nil || uint8(m.state.Load()) != roleActive {
+			c++
+		}
+	}
+	return c
+}
+
+// degraded reports whether any role is not fully active.
+func (a *Array) degraded() bool { return a.notActive() > 0 }
+
+// usable returns nil, or the error that stops all I/O.
+func (a *Array) usable() error {
+	if a.fenced.Load() {
+		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), blockdev.ErrFenced)
+	}
+	if a.stopped.Load() {
+		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), ErrStopped)
+	}
+	if a.dead.Load() {
+		return fmt.Errorf("raid %s: %d of %d members failed, %s tolerates %d: %w", fmtUUID(a.uuid),
+			a.failedRoles(), a.geo.Members, a.geo.Level, a.geo.Level.redundancy(a.geo.Members), ErrTooManyFailed)
+	}
+	return nil
+}
+
+func (a *Array) failedRoles() int {
+	c := 0
+	for r := range a.members {
+		m := a.member(r)
+		if m == nil || uint8(m.state.Load()) == roleFailed || uint8(m.state.Load()) == roleEmpty {
+			c++
+		}
+	}
+	return c
+}
+
+// classify turns a member error into the engine's reaction: ErrFenced
+// stops the array; other errors fail the member.
+func (a *Array) memberErr(m *member, op string, err error) error {
+	if errors.Is(err, blockdev.ErrFenced) {
+		if !a.fenced.Swap(true) {
+			a.log.Warn("raid fenced: this node lost ownership", "uuid", fmtUUID(a.uuid), "member", m.role, "err", err)
+			a.emit(Event{Kind: Fenced, Member: m.role, Reason: err.Error()})
+		}
+		return fmt.Errorf("raid %s member %d %s: %w", fmtUUID(a.uuid), m.role, op, blockdev.ErrFenced)
+	}
+	if a.stopped.Load() {
+		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), ErrStopped)
+	}
+	a.fail(m, fmt.Sprintf("%s: %v", op, err))
+	return errGone
+}
+
+// call runs one member request with the retry and timeout policy.
+func (a *Array) call(m *member, op string, f func() error) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		if a.pol.IOTimeout > 0 {
+			done := make(chan error, 1)
+			go func() { done <- f() }()
+			select {
+			case err = <-done:
+			case <-time.After(a.pol.IOTimeout):
+				err = fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
+			}
+		} else {
+			err = f()
+		}
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, blockdev.ErrFenced) || errors.Is(err, blockdev.ErrTimeout) || attempt >= a.pol.Retries {
+			break
+		}
+	}
+	return a.memberErr(m, op, err)
+}
+
+func (a *Array) mread(m *member, p []byte, off int64) error {
+	return a.call(m, "read", func() error { _, err := m.dev.ReadAt(p, off); return err })
+}
+
+func (a *Array) mwrite(m *member, p []byte, off int64, fua bool) error {
+	return a.call(m, "write", func() error {
+		if fua {
+			if f, ok := m.dev.(blockdev.FUAWriter); ok {
+				_, err := f.WriteAtFUA(p, off)
+				return err
+			}
+			if _, err := m.dev.WriteAt(p, off); err != nil {
+				return err
+			}
+			return m.dev.Flush()
+		}
+		_, err := m.dev.WriteAt(p, off)
+		return err
+	})
+}
+
+// fail marks m failed and records it on the other members' superblocks
+// before returning, so that m can never be assembled as current again.
+func (a *Array) fail(m *member, reason string) {
+	a.mu.Lock()
+	st := uint8(m.state.Load())
+	if st == roleFailed || a.member(m.role) != m {
+		a.mu.Unlock()
+		return
+	}
+	m.state.Store(uint32(roleFailed))
+	m.reason = reason
+	a.mu.Unlock()
+	a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", reason)
+	a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: reason})
+	if a.notActive() > a.geo.Level.redundancy(a.geo.Members) {
+		if !a.dead.Swap(true) {
+			a.log.Error("raid array failed: too many members lost", "uuid", fmtUUID(a.uuid))
+			a.emit(Event{Kind: ArrayFailed, Member: -1, Reason: reason})
+		}
+	} else {
+		a.emit(Event{Kind: Degraded, Member: m.role, Reason: reason})
+	}
+	if err := a.writeSuperblocks(); err != nil {
+		a.log.Warn("raid superblock update after member failure", "err", err)
+	}
+}
+
+// writeSuperblocks bumps the event counter and writes the superblock to
+// every present member. Members that fail are marked failed and the
+// update is repeated for the others.
+func (a *Array) writeSuperblocks() error {
+	a.sbMu.Lock()
+	defer a.sbMu.Unlock()
+	for loop := 0; loop <= a.geo.Members; loop++ {
+		a.mu.Lock()
+		a.sbt.Events++
+		base := a.sbt
+		base.LogTail = a.jl.persistTail()
+		for r := range a.members {
+			m := a.member(r)
+			base.RoleState[r], base.RoleFull[r], base.Recovery[r] = roleFailed, 0, 0
+			if m == nil {
+				continue
+			}
+			st := uint8(m.state.Load())
+			base.RoleState[r] = st
+			if st == roleEmpty {
+				base.RoleState[r] = roleFailed
+			}
+			if st == roleRebuilding {
+				base.Recovery[r] = uint64(m.recovery.Load())
+				if m.full {
+					base.RoleFull[r] = 1
+				}
+			}
+		}
+		a.mu.Unlock()
+		var failed []*member
+		var fenced error
+		var fmu sync.Mutex
+		a.each(func(m *member) error {
+			sb := base
+			sb.Role = uint32(m.role)
+			if err := writeSB(m.dev, &sb); err != nil {
+				fmu.Lock()
+				if errors.Is(err, blockdev.ErrFenced) {
+					fenced = err
+				} else {
+					failed = append(failed, m)
+				}
+				fmu.Unlock()
+				return err
+			}
+			return nil
+		})
+		if fenced != nil {
+			a.memberErr(a.member(0), "superblock write", fenced)
+			return fmt.Errorf("raid %s superblock: %w", fmtUUID(a.uuid), blockdev.ErrFenced)
+		}
+		if len(failed) == 0 {
+			return nil
+		}
+		a.mu.Lock()
+		for _, m := range failed {
+			if uint8(m.state.Load()) != roleFailed {
+				m.state.Store(uint32(roleFailed))
+				m.reason = "superblock write failed"
+				a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: m.reason})
+			}
+		}
+		a.mu.Unlock()
+		if a.notActive() > a.geo.Level.redundancy(a.geo.Members) && !a.dead.Swap(true) {
+			a.emit(Event{Kind: ArrayFailed, Member: -1, Reason: "superblock writes failed"})
+		}
+	}
+	return fmt.Errorf("raid %s: superblock could not be written to enough members: %w", fmtUUID(a.uuid), ErrTooManyFailed)
+}
+
+// markDirty records "not clean" on the superblocks before the first write
+// after a clean state.
+func (a *Array) markDirty() error {
+	if a.dirtyOnSB.Load() {
+		return nil
+	}
+	a.mu.Lock()
+	if a.dirtyOnSB.Load() {
+		a.mu.Unlock()
+		return nil
+	}
+	a.sbt.Flags &^= flagClean
+	a.mu.Unlock()
+	if err := a.writeSuperblocks(); err != nil {
+		return err
+	}
+	a.dirtyOnSB.Store(true)
+	return nil
+}
+
+// Flush implements blockdev.Device: every completed write is on stable
+// storage of every member. It also retires partial parity log entries.
+func (a *Array) Flush() error {
+	if err := a.usable(); err != nil {
+		return err
+	}
+	return a.flushMembers()
+}
+
+func (a *Array) flushMembers() error {
+	cand := a.jl.retireCandidate()
+	var fencedErr error
+	var mu sync.Mutex
+	a.each(func(m *member) error {
+		err := a.call(m, "flush", m.dev.Flush)
+		if err != nil && !errors.Is(err, errGone) {
+			mu.Lock()
+			fencedErr = err
+			mu.Unlock()
+		}
+		return err
+	})
+	if fencedErr != nil {
+		return fencedErr
+	}
+	if err := a.usable(); err != nil {
+		return err
+	}
+	a.jl.retire(cand)
+	return nil
+}
+
+// Close stops background work, flushes, records a clean state and closes
+// the members.
+func (a *Array) Close() error {
+	if a.stopped.Load() {
+		return fmt.Errorf("raid %s: close twice: %w", fmtUUID(a.uuid), blockdev.ErrClosed)
+	}
+	a.bg.stop()
+	var err error
+	if a.usable() == nil {
+		if err = a.flushMembers(); err == nil {
+			a.bm.sweep(true)
+			a.mu.Lock()
+			if !a.degraded() && !a.bg.pendingWork() {
+				a.sbt.Flags |= flagClean
+			}
+			a.mu.Unlock()
+			err = a.writeSuperblocks()
+		}
+	}
+	a.stopped.Store(true)
+	for r := range a.members {
+		if m := a.member(r); m != nil && m.dev != nil {
+			m.dev.Close()
+		}
+	}
+	return err
+}
+
+// Abort stops the array at once without writing anything more to the
+// members (ownership lost, or a simulated crash in tests). Members are
+// not closed.
+func (a *Array) Abort() {
+	a.stopped.Store(true)
+	a.bg.stop()
+}
+
+// MemberStatus describes one role.
+type MemberStatus struct {
+	Role     int
+	State    string // active, failed, rebuilding, missing
+	Reason   string
+	Recovery int64 // rebuilding: stripes done
+}
+
+// Status is a snapshot of the array.
+type Status struct {
+	UUID     string
+	Geometry Geometry
+	State    string // optimal, degraded, failed, fenced, stopped
+	Events   uint64
+	Epoch    uint64
+	Members  []MemberStatus
+	Dirty    int64 // bitmap regions marked dirty
+	Task     string
+	Progress Event
+}
+
+// Status reports the array's state.
+func (a *Array) Status() Status {
+	a.mu.Lock()
+	s := Status{UUID: fmtUUID(a.uuid), Geometry: a.geo, Events: a.sbt.Events, Epoch: a.sbt.Epoch}
+	for r := range a.members {
+		m := a.member(r)
+		ms := MemberStatus{Role: r, State: "missing"}
+		if m != nil {
+			switch uint8(m.state.Load()) {
+			case roleActive:
+				ms.State = "active"
+			case roleFailed:
+				ms.State = "failed"
+			case roleRebuilding:
+				ms.State = "rebuilding"
+				ms.Recovery = m.recovery.Load()
+			}
+			ms.Reason = m.reason
+		}
+		s.Members = append(s.Members, ms)
+	}
+	a.mu.Unlock()
+	switch {
+	case a.fenced.Load():
+		s.State = "fenced"
+	case a.stopped.Load():
+		s.State = "stopped"
+	case a.dead.Load():
+		s.State = "failed"
+	case a.degraded():
+		s.State = "degraded"
+	default:
+		s.State = "optimal"
+	}
+	s.Dirty = a.bm.count()
+	s.Task, s.Progress = a.bg.current()
+	return s
+}
+
+// FailMember marks role index failed (operator action or health policy).
+func (a *Array) FailMember(index int, reason string) error {
+	if index < 0 || index >= a.geo.Members {
+		return fmt.Errorf("member index %d: the array has members 0..%d: %w", index, a.geo.Members-1, ErrInvalidConfig)
+	}
+	m := a.member(index)
+	if m == nil || !present(m) {
+		return nil
+	}
+	a.fail(m, reason)
+	return a.usable()
+}
+
+// Replace puts a new device in role index (which must be failed or
+// missing) and starts a full rebuild onto it in the background.
+func (a *Array) Replace(index int, dev blockdev.Device) error {
+	return a.addMember(index, dev, true)
+}
+
+// ReAdd brings back the device that held role index before a transient
+// loss. When its superblock shows it left after the last bitmap clear,
+// only the regions written while it was away are rebuilt (delta resync);
+// otherwise it gets a full rebuild.
+func (a *Array) ReAdd(index int, dev blockdev.Device) error {
+	return a.addMember(index, dev, false)
+}
+
+func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
+	if err := a.usable(); err != nil {
+		return err
+	}
+	if index < 0 || index >= a.geo.Members {
+		return fmt.Errorf("member index %d: the array has members 0..%d: %w", index, a.geo.Members-1, ErrInvalidConfig)
+	}
+	if a.geo.Level == RAID0 {
+		return fmt.Errorf("raid0 has no redundancy to rebuild a member from: %w", ErrInvalidConfig)
+	}
+	if dev.Size() < a.geo.DataOffset+a.geo.Stripes*a.geo.ChunkSize {
+		return fmt.Errorf("device of %d bytes is smaller than the %d bytes a member needs: %w", dev.Size(), a.geo.DataOffset+a.geo.Stripes*a.geo.ChunkSize, ErrInvalidConfig)
+	}
+	if a.geo.BlockSize%dev.BlockSize() != 0 {
+		return fmt.Errorf("device block size %d does not divide the array's %d: %w", dev.BlockSize(), a.geo.BlockSize, ErrInvalidConfig)
+	}
+	old := a.member(index)
+	if old != nil && present(old) {
+		return fmt.Errorf("member %d is %s; fail it first: %w", index, map[bool]string{true: "active", false: "rebuilding"}[uint8(old.state.Load()) == roleActive], ErrInvalidConfig)
+	}
+	nm := &member{role: index, dev: dev, full: true}
+	if !full {
+		sb, err := readSB(dev)
+		switch {
+		case err != nil:
+			return fmt.Errorf("re-add member %d: %w; use Replace for a new device", index, err)
+		case sb.ArrayUUID != a.uuid:
+			return fmt.Errorf("re-add member %d: device belongs to array %s: %w", index, fmtUUID(sb.ArrayUUID), ErrMismatch)
+		case int(sb.Role) != index:
+			return fmt.Errorf("re-add member %d: device held role %d: %w", index, sb.Role, ErrMismatch)
+		}
+		if why := sameGeometry(&a.sbt, sb); why != "" {
+			return fmt.Errorf("re-add member %d: %s: %w", index, why, ErrMismatch)
+		}
+		a.mu.Lock()
+		cleared := a.sbt.EventsCleared
+		a.mu.Unlock()
+		if sb.Events >= cleared && sb.RoleState[index] == roleActive {
+			nm.full = false
+			nm.dirty = a.bm.snapshot()
+		}
+	}
+	nm.state.Store(uint32(roleRebuilding))
+	a.mu.Lock()
+	a.members[index].Store(nm)
+	a.mu.Unlock()
+	// New bitmap and superblock on the member before it takes writes.
+	if err := a.bm.writeAll(dev); err != nil {
+		a.fail(nm, "bitmap write: "+err.Error())
+		return err
+	}
+	if err := a.writeSuperblocks(); err != nil {
+		return err
+	}
+	a.log.Info("raid member added", "uuid", fmtUUID(a.uuid), "member", index, "full", nm.full)
+	a.bg.enqueue(task{kind: taskRebuild, role: index})
+	return nil
+}
+
+// WaitIdle blocks until no background work (rebuild, resync, scrub) is
+// queued or running.
+func (a *Array) WaitIdle() { a.bg.waitIdle() }
+
+// fgBegin/fgEnd count foreground requests for the adaptive throttle.
+func (a *Array) fgBegin() { a.fgInflight.Add(1); a.fgOps.Add(1) }
+func (a *Array) fgEnd()   { a.fgInflight.Add(-1) }
+
+func (a *Array) lockStripe(s int64)   { a.locks[uint64(s)%stripeLocks].Lock() }
+func (a *Array) unlockStripe(s int64) { a.locks[uint64(s)%stripeLocks].Unlock() }
+
+// roles of stripe s: dataRole(s,i) holds data index i; parityRole(s,k)
+// holds P (k=0) or Q (k=1). md left-symmetric.
+func (a *Array) dataRole(s int64, i int) int {
+	n := int64(a.geo.Members)
+	switch a.geo.Level {
+	case RAID5:
+		pd := n - 1 - s%n
+		return int((pd + 1 + int64(i)) % n)
+	case RAID6:
+		pd := n - 1 - s%n
+		return int((pd + 2 + int64(i)) % n)
+	}
+	return i
+}
+
+func (a *Array) parityRole(s int64, k int) int {
+	n := int64(a.geo.Members)
+	pd := n - 1 - s%n
+	return int((pd + int64(k)) % n)
+}
+
+// moff is the member offset of row r of stripe s.
+func (a *Array) moff(s int64, r int64) int64 { return a.geo.DataOffset + s*a.geo.ChunkSize + r }
+
+func (a *Array) describe() string {
+	var b strings.Builder
+	for r := range a.members {
+		m := a.member(r)
+		if m == nil {
+			b.WriteString("-")
+		} else {
+			fmt.Fprintf(&b, "%d", m.state.Load())
+		}
+	}
+	return b.String()
+}

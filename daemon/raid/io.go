@@ -1,0 +1,759 @@
+package raid
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"tier0/daemon/blockdev"
+)
+
+// errRetry: the member set changed during a stripe operation before
+// anything was written; plan it again.
+var errRetry = errors.New("retry stripe")
+
+// mop is one member request of a batch.
+type mop struct {
+	m     *member
+	buf   []byte
+	off   int64
+	write bool
+	fua   bool
+}
+
+// run performs ops in parallel. It returns a fencing or stop error if one
+// occurred, else errGone when a member failed, else nil.
+func (a *Array) run(ops []mop) error {
+	do := func(o mop) error {
+		if o.write {
+			return a.mwrite(o.m, o.buf, o.off, o.fua)
+		}
+		return a.mread(o.m, o.buf, o.off)
+	}
+	switch len(ops) {
+	case 0:
+		return nil
+	case 1:
+		return do(ops[0])
+	}
+	errs := make([]error, len(ops))
+	var wg sync.WaitGroup
+	for i := 1; i < len(ops); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = do(ops[i])
+		}()
+	}
+	errs[0] = do(ops[0])
+	wg.Wait()
+	var gone error
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if !errors.Is(e, errGone) {
+			return e
+		}
+		gone = e
+	}
+	return gone
+}
+
+func (a *Array) checkIO(p []byte, off int64) error {
+	if err := blockdev.CheckRange(off, int64(len(p)), a.geo.Capacity, a.geo.BlockSize); err != nil {
+		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), err)
+	}
+	return a.usable()
+}
+
+// ReadAt implements blockdev.Device. Chunks of missing members are
+// reconstructed from the others.
+func (a *Array) ReadAt(p []byte, off int64) (int, error) {
+	if err := a.checkIO(p, off); err != nil {
+		return 0, err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	a.fgBegin()
+	defer a.fgEnd()
+	var err error
+	if a.geo.Level == RAID1 {
+		err = a.readMirror(p, off)
+	} else {
+		err = a.readStriped(p, off)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (a *Array) readMirror(p []byte, off int64) error {
+	n := a.geo.Members
+	for attempt := 0; attempt <= n; attempt++ {
+		if err := a.usable(); err != nil {
+			return err
+		}
+		start := int(a.rr.Add(1))
+		var m *member
+		for k := 0; k < n; k++ {
+			c := a.member((start + k) % n)
+			if c != nil && uint8(c.state.Load()) == roleActive {
+				m = c
+				break
+			}
+		}
+		if m == nil {
+			break
+		}
+		err := a.mread(m, p, a.geo.DataOffset+off)
+		if !errors.Is(err, errGone) {
+			return err
+		}
+	}
+	if err := a.usable(); err != nil {
+		return err
+	}
+	return fmt.Errorf("raid %s: no active mirror left: %w", fmtUUID(a.uuid), ErrTooManyFailed)
+}
+
+// span is the part of a request inside one stripe.
+type span struct {
+	s      int64
+	lo, hi int64  // byte range inside the stripe's data
+	buf    []byte // the caller's bytes for [lo, hi)
+}
+
+func (a *Array) spans(p []byte, off int64) []span {
+	ss := a.geo.StripeSize
+	var out []span
+	end := off + int64(len(p))
+	for pos := off; pos < end; {
+		s := pos / ss
+		lo := pos % ss
+		hi := min(ss, lo+end-pos)
+		out = append(out, span{s: s, lo: lo, hi: hi, buf: p[pos-off : pos-off+hi-lo]})
+		pos += hi - lo
+	}
+	return out
+}
+
+func (a *Array) readStriped(p []byte, off int64) error {
+	C := a.geo.ChunkSize
+	var ops []mop
+	var slow []span
+	for _, sp := range a.spans(p, off) {
+		ok := true
+		start := len(ops)
+		for pos := sp.lo; pos < sp.hi; {
+			i := int(pos / C)
+			row := pos % C
+			l := min(C-row, sp.hi-pos)
+			m := a.member(a.dataRole(sp.s, i))
+			if !a.inSync(m, sp.s) {
+				ok = false
+				break
+			}
+			ops = append(ops, mop{m: m, buf: sp.buf[pos-sp.lo : pos-sp.lo+l], off: a.moff(sp.s, row)})
+			pos += l
+		}
+		if !ok {
+			ops = ops[:start]
+			slow = append(slow, sp)
+		}
+	}
+	err := a.runGrouped(ops)
+	if errors.Is(err, errGone) {
+		// A member failed under us: do everything the careful way.
+		return a.readSlow(a.spans(p, off))
+	}
+	if err != nil {
+		return err
+	}
+	return a.readSlow(slow)
+}
+
+// runGrouped runs ops with one goroutine per member, each member's
+// requests in order.
+func (a *Array) runGrouped(ops []mop) error {
+	if len(ops) <= 1 {
+		return a.run(ops)
+	}
+	by := map[*member][]mop{}
+	var order []*member
+	for _, o := range ops {
+		if _, ok := by[o.m]; !ok {
+			order = append(order, o.m)
+		}
+		by[o.m] = append(by[o.m], o)
+	}
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for x, m := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, o := range by[m] {
+				if err := a.run([]mop{o}); err != nil {
+					errs[x] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var gone error
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, errGone) {
+			return e
+		}
+		if e != nil {
+			gone = e
+		}
+	}
+	return gone
+}
+
+// readSlow reads spans under their stripe locks, reconstructing chunks of
+// members that are not in sync.
+func (a *Array) readSlow(sps []span) error {
+	for _, sp := range sps {
+		var err error
+		for attempt := 0; attempt <= a.geo.Members+1; attempt++ {
+			if err = a.usable(); err != nil {
+				return err
+			}
+			a.lockStripe(sp.s)
+			err = a.readSpanLocked(sp)
+			a.unlockStripe(sp.s)
+			if !errors.Is(err, errGone) {
+				break
+			}
+		}
+		if err != nil {
+			if errors.Is(err, errGone) {
+				return fmt.Errorf("raid %s: stripe %d: members keep failing: %w", fmtUUID(a.uuid), sp.s, ErrTooManyFailed)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Array) readSpanLocked(sp span) error {
+	C := a.geo.ChunkSize
+	nd, np := a.geo.DataDisks, a.geo.ParityDisks
+	if a.geo.Level == RAID0 {
+		np = 0
+	}
+	var ops []mop
+	var missing []int
+	rlo, rhi := C, int64(0)
+	type piece struct {
+		i        int
+		row, len int64
+		buf      []byte
+	}
+	var pieces []piece
+	for pos := sp.lo; pos < sp.hi; {
+		i := int(pos / C)
+		row := pos % C
+		l := min(C-row, sp.hi-pos)
+		buf := sp.buf[pos-sp.lo : pos-sp.lo+l]
+		m := a.member(a.dataRole(sp.s, i))
+		if a.inSync(m, sp.s) {
+			ops = append(ops, mop{m: m, buf: buf, off: a.moff(sp.s, row)})
+		} else {
+			missing = append(missing, i)
+			pieces = append(pieces, piece{i, row, l, buf})
+			rlo, rhi = min(rlo, row), max(rhi, row+l)
+		}
+		pos += l
+	}
+	if len(missing) > 0 {
+		if np == 0 {
+			return fmt.Errorf("raid %s: stripe %d data chunk %d has no redundancy: %w", fmtUUID(a.uuid), sp.s, missing[0], ErrTooManyFailed)
+		}
+		L := rhi - rlo
+		shards := make([][]byte, nd+np)
+		have := 0
+		for i := 0; i < nd; i++ {
+			m := a.member(a.dataRole(sp.s, i))
+			if a.inSync(m, sp.s) {
+				shards[i] = blockdev.AlignedBuffer(int(L))
+				ops = append(ops, mop{m: m, buf: shards[i], off: a.moff(sp.s, rlo)})
+				have++
+			}
+		}
+		for k := 0; k < np; k++ {
+			m := a.member(a.parityRole(sp.s, k))
+			if a.inSync(m, sp.s) && have < nd {
+				shards[nd+k] = blockdev.AlignedBuffer(int(L))
+				ops = append(ops, mop{m: m, buf: shards[nd+k], off: a.moff(sp.s, rlo)})
+				have++
+			}
+		}
+		if have < nd {
+			return fmt.Errorf("raid %s: stripe %d: %d of %d chunks readable, need %d: %w", fmtUUID(a.uuid), sp.s, have, nd+np, nd, ErrTooManyFailed)
+		}
+		if err := a.run(ops); err != nil {
+			return err
+		}
+		if err := a.coder.reconstruct(shards); err != nil {
+			return fmt.Errorf("raid %s: stripe %d reconstruct: %v: %w", fmtUUID(a.uuid), sp.s, err, ErrTooManyFailed)
+		}
+		for _, pc := range pieces {
+			copy(pc.buf, shards[pc.i][pc.row-rlo:pc.row-rlo+pc.len])
+		}
+		return nil
+	}
+	return a.run(ops)
+}
+
+// WriteAt implements blockdev.Device.
+func (a *Array) WriteAt(p []byte, off int64) (int, error) { return a.write(p, off, false) }
+
+// WriteAtFUA implements blockdev.FUAWriter: the data (and the parity that
+// protects it) is durable on every member involved when it returns.
+func (a *Array) WriteAtFUA(p []byte, off int64) (int, error) { return a.write(p, off, true) }
+
+func (a *Array) write(p []byte, off int64, fua bool) (int, error) {
+	if err := a.checkIO(p, off); err != nil {
+		return 0, err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	a.fgBegin()
+	defer a.fgEnd()
+	if err := a.markDirty(); err != nil {
+		return 0, err
+	}
+	var err error
+	switch a.geo.Level {
+	case RAID0:
+		err = a.writeRAID0(p, off, fua)
+	case RAID1:
+		err = a.writeMirror(p, off, fua)
+	default:
+		err = a.writeParity(p, off, fua)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (a *Array) writeRAID0(p []byte, off int64, fua bool) error {
+	C := a.geo.ChunkSize
+	var ops []mop
+	for _, sp := range a.spans(p, off) {
+		for pos := sp.lo; pos < sp.hi; {
+			i := int(pos / C)
+			row := pos % C
+			l := min(C-row, sp.hi-pos)
+			ops = append(ops, mop{m: a.member(a.dataRole(sp.s, i)), buf: sp.buf[pos-sp.lo : pos-sp.lo+l], off: a.moff(sp.s, row), write: true, fua: fua})
+			pos += l
+		}
+	}
+	if err := a.runGrouped(ops); err != nil && !errors.Is(err, errGone) {
+		return err
+	}
+	return a.usable()
+}
+
+func (a *Array) writeMirror(p []byte, off int64, fua bool) error {
+	C := a.geo.ChunkSize
+	s0, s1 := off/C, (off+int64(len(p))-1)/C
+	if err := a.bm.start(s0, s1); err != nil {
+		return err
+	}
+	defer a.bm.end(s0, s1)
+	var idx []int
+	for s := s0; s <= s1; s++ {
+		idx = append(idx, int(uint64(s)%stripeLocks))
+		if len(idx) > stripeLocks {
+			break
+		}
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		a.locks[i].Lock()
+	}
+	defer func() {
+		for _, i := range idx {
+			a.locks[i].Unlock()
+		}
+	}()
+	var ops []mop
+	for r := range a.members {
+		m := a.member(r)
+		if !present(m) {
+			continue
+		}
+		if uint8(m.state.Load()) == roleActive {
+			ops = append(ops, mop{m: m, buf: p, off: a.geo.DataOffset + off, write: true, fua: fua})
+			continue
+		}
+		for s := s0; s <= s1; s++ {
+			if !a.inSync(m, s) {
+				continue
+			}
+			lo, hi := max(off, s*C), min(off+int64(len(p)), (s+1)*C)
+			ops = append(ops, mop{m: m, buf: p[lo-off : hi-off], off: a.geo.DataOffset + lo, write: true, fua: fua})
+		}
+	}
+	if err := a.run(ops); err != nil && !errors.Is(err, errGone) {
+		return err
+	}
+	return a.usable()
+}
+
+func (a *Array) writeParity(p []byte, off int64, fua bool) error {
+	sps := a.spans(p, off)
+	s0, s1 := sps[0].s, sps[len(sps)-1].s
+	if err := a.bm.start(s0, s1); err != nil {
+		return err
+	}
+	defer a.bm.end(s0, s1)
+	if len(sps) == 1 {
+		return a.writeSpan(sps[0], fua)
+	}
+	// Stripes in parallel, a few at a time; each holds one stripe lock.
+	const par = 4
+	errs := make([]error, len(sps))
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for x, sp := range sps {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[x] = a.writeSpan(sp, fua)
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func (a *Array) writeSpan(sp span, fua bool) error {
+	for attempt := 0; attempt <= a.geo.Members+1; attempt++ {
+		if err := a.usable(); err != nil {
+			return err
+		}
+		a.lockStripe(sp.s)
+		err := a.writeSpanLocked(sp, fua)
+		a.unlockStripe(sp.s)
+		if errors.Is(err, errRetry) || errors.Is(err, errGone) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return a.usable()
+	}
+	if err := a.usable(); err != nil {
+		return err
+	}
+	return fmt.Errorf("raid %s: stripe %d: members keep failing: %w", fmtUUID(a.uuid), sp.s, ErrTooManyFailed)
+}
+
+// writeSpanLocked updates one stripe. See docs/RAID.md for the three
+// paths (full stripe, read-modify-write / reconstruct-write, degraded).
+func (a *Array) writeSpanLocked(sp span, fua bool) error {
+	C := a.geo.ChunkSize
+	nd, np := a.geo.DataDisks, a.geo.ParityDisks
+	s := sp.s
+	type cover struct{ a, b int64 }
+	cov := make([]cover, nd)
+	var mask uint64
+	rlo, rhi := C, int64(0)
+	for i := 0; i < nd; i++ {
+		cs := int64(i) * C
+		x, y := max(sp.lo, cs), min(sp.hi, cs+C)
+		if x < y {
+			cov[i] = cover{x - cs, y - cs}
+			mask |= 1 << i
+			rlo, rhi = min(rlo, x-cs), max(rhi, y-cs)
+		}
+	}
+	L := rhi - rlo
+	newBytes := func(i int) []byte {
+		cs := int64(i) * C
+		return sp.buf[cs+cov[i].a-sp.lo : cs+cov[i].b-sp.lo]
+	}
+	full := func(i int) bool { return cov[i].a <= rlo && cov[i].b >= rhi }
+	dm := make([]*member, nd)
+	din := make([]bool, nd)
+	pm := make([]*member, np)
+	pin := make([]bool, np)
+	healthy := true
+	missingData := 0
+	for i := range dm {
+		dm[i] = a.member(a.dataRole(s, i))
+		din[i] = a.inSync(dm[i], s)
+		if !din[i] {
+			healthy = false
+			missingData++
+		}
+	}
+	presentParity := 0
+	for k := range pm {
+		pm[k] = a.member(a.parityRole(s, k))
+		pin[k] = a.inSync(pm[k], s)
+		if !pin[k] {
+			healthy = false
+		} else {
+			presentParity++
+		}
+	}
+	if missingData+(np-presentParity) > np {
+		return fmt.Errorf("raid %s: stripe %d: %d chunks missing, %s tolerates %d: %w", fmtUUID(a.uuid), s, missingData+np-presentParity, a.geo.Level, np, ErrTooManyFailed)
+	}
+	parity := make([][]byte, np)
+	partial := make([][]byte, np)
+	var ops []mop
+	var ent *logEntry
+
+	switch {
+	case healthy && sp.lo == 0 && sp.hi == a.geo.StripeSize:
+		// Full stripe: no reads.
+		data := make([][]byte, nd)
+		for i := range data {
+			data[i] = newBytes(i)
+		}
+		for k := range parity {
+			parity[k] = blockdev.AlignedBuffer(int(C))
+		}
+		a.coder.encode(data, parity)
+		if a.logOn && a.jl.needsMarker(s) {
+			ent = &logEntry{stripe: s, rlo: 0, rhi: C, mask: mask, zero: true}
+		}
+		for i := range data {
+			ops = append(ops, mop{m: dm[i], buf: data[i], off: a.moff(s, 0), write: true, fua: fua})
+		}
+		for k := range parity {
+			ops = append(ops, mop{m: pm[k], buf: parity[k], off: a.moff(s, 0), write: true, fua: fua})
+		}
+
+	case healthy:
+		ntouch, npartial := 0, 0
+		for i := 0; i < nd; i++ {
+			if mask&(1<<i) != 0 {
+				ntouch++
+				if !full(i) {
+					npartial++
+				}
+			}
+		}
+		rmwReads := ntouch + np
+		rcwReads := nd - ntouch + npartial
+		cols := make([][]byte, nd)
+		var reads []mop
+		if rmwReads < rcwReads {
+			old := make([][]byte, np)
+			for k := range old {
+				old[k] = blockdev.AlignedBuffer(int(L))
+				reads = append(reads, mop{m: pm[k], buf: old[k], off: a.moff(s, rlo)})
+			}
+			for i := 0; i < nd; i++ {
+				if mask&(1<<i) != 0 {
+					cols[i] = blockdev.AlignedBuffer(int(L))
+					reads = append(reads, mop{m: dm[i], buf: cols[i], off: a.moff(s, rlo)})
+				}
+			}
+			if err := a.run(reads); err != nil {
+				return retryOn(err)
+			}
+			for k := range old {
+				partial[k] = old[k]
+				for i := 0; i < nd; i++ {
+					if mask&(1<<i) != 0 {
+						a.coder.mulXor(k, i, cols[i], partial[k])
+					}
+				}
+			}
+		} else {
+			for i := 0; i < nd; i++ {
+				if mask&(1<<i) == 0 || !full(i) {
+					cols[i] = blockdev.AlignedBuffer(int(L))
+					reads = append(reads, mop{m: dm[i], buf: cols[i], off: a.moff(s, rlo)})
+				}
+			}
+			if err := a.run(reads); err != nil {
+				return retryOn(err)
+			}
+			for k := range partial {
+				partial[k] = make([]byte, L)
+				for i := 0; i < nd; i++ {
+					if mask&(1<<i) == 0 {
+						a.coder.mulXor(k, i, cols[i], partial[k])
+					}
+				}
+			}
+		}
+		// New content of the modified columns, then the new parity.
+		for i := 0; i < nd; i++ {
+			if mask&(1<<i) == 0 {
+				continue
+			}
+			if full(i) {
+				cols[i] = newBytes(i)[rlo-cov[i].a : rhi-cov[i].a]
+			} else {
+				copy(cols[i][cov[i].a-rlo:], newBytes(i))
+			}
+		}
+		for k := range parity {
+			parity[k] = blockdev.AlignedBuffer(int(L))
+			copy(parity[k], partial[k])
+			for i := 0; i < nd; i++ {
+				if mask&(1<<i) != 0 {
+					a.coder.mulXor(k, i, cols[i], parity[k])
+				}
+			}
+		}
+		if a.logOn {
+			ent = &logEntry{stripe: s, rlo: rlo, rhi: rhi, mask: mask}
+			for k := range partial {
+				ent.partial[k] = partial[k]
+			}
+		}
+		for i := 0; i < nd; i++ {
+			if mask&(1<<i) != 0 {
+				ops = append(ops, mop{m: dm[i], buf: newBytes(i), off: a.moff(s, cov[i].a), write: true, fua: fua})
+			}
+		}
+		for k := range parity {
+			ops = append(ops, mop{m: pm[k], buf: parity[k], off: a.moff(s, rlo), write: true, fua: fua})
+		}
+
+	default:
+		// Degraded: read every present chunk of the row range,
+		// reconstruct the missing ones, recompute parity.
+		shards := make([][]byte, nd+np)
+		var reads []mop
+		for i := 0; i < nd; i++ {
+			if din[i] {
+				shards[i] = blockdev.AlignedBuffer(int(L))
+				reads = append(reads, mop{m: dm[i], buf: shards[i], off: a.moff(s, rlo)})
+			}
+		}
+		if missingData > 0 {
+			for k := 0; k < np; k++ {
+				if pin[k] {
+					shards[nd+k] = blockdev.AlignedBuffer(int(L))
+					reads = append(reads, mop{m: pm[k], buf: shards[nd+k], off: a.moff(s, rlo)})
+				}
+			}
+		}
+		if err := a.run(reads); err != nil {
+			return retryOn(err)
+		}
+		if missingData > 0 {
+			if err := a.coder.reconstruct(shards); err != nil {
+				return fmt.Errorf("raid %s: stripe %d reconstruct: %v: %w", fmtUUID(a.uuid), s, err, ErrTooManyFailed)
+			}
+		}
+		cols := shards[:nd]
+		for k := range partial {
+			partial[k] = make([]byte, L)
+			for i := 0; i < nd; i++ {
+				if mask&(1<<i) == 0 {
+					a.coder.mulXor(k, i, cols[i], partial[k])
+				}
+			}
+		}
+		for i := 0; i < nd; i++ {
+			if mask&(1<<i) != 0 {
+				copy(cols[i][cov[i].a-rlo:], newBytes(i))
+			}
+		}
+		for k := range parity {
+			parity[k] = blockdev.AlignedBuffer(int(L))
+		}
+		a.coder.encode(cols, parity)
+		if a.logOn && presentParity > 0 {
+			ent = &logEntry{stripe: s, rlo: rlo, rhi: rhi, mask: mask, missing: map[int][]byte{}}
+			for k := range partial {
+				if pin[k] {
+					ent.partial[k] = partial[k]
+				}
+			}
+			for i := 0; i < nd; i++ {
+				if mask&(1<<i) != 0 && !din[i] {
+					ent.missing[i] = cols[i]
+				}
+			}
+		}
+		for i := 0; i < nd; i++ {
+			if mask&(1<<i) != 0 && din[i] {
+				ops = append(ops, mop{m: dm[i], buf: newBytes(i), off: a.moff(s, cov[i].a), write: true, fua: fua})
+			}
+		}
+		for k := range parity {
+			if pin[k] {
+				ops = append(ops, mop{m: pm[k], buf: parity[k], off: a.moff(s, rlo), write: true, fua: fua})
+			}
+		}
+	}
+
+	if ent != nil {
+		var roles []int
+		for k := range pm {
+			if pin[k] {
+				roles = append(roles, pm[k].role)
+			}
+		}
+		if err := a.jl.begin(ent, roles); err != nil {
+			return retryOn(err)
+		}
+		defer a.jl.end(ent)
+	}
+	// A member that fails now leaves the stripe consistent: the parity
+	// written covers the new content of every chunk.
+	if err := a.run(ops); err != nil && !errors.Is(err, errGone) {
+		return err
+	}
+	return nil
+}
+
+func retryOn(err error) error {
+	if errors.Is(err, errGone) {
+		return errRetry
+	}
+	return err
+}
+
+// WriteZeroes implements blockdev.Device (as writes of zeroes, so that
+// parity stays consistent).
+func (a *Array) WriteZeroes(off, length int64) error {
+	if err := blockdev.CheckRange(off, length, a.geo.Capacity, a.geo.BlockSize); err != nil {
+		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), err)
+	}
+	step := a.geo.StripeSize
+	for step < 1<<20 {
+		step *= 2
+	}
+	zero := blockdev.AlignedBuffer(int(min(step, length)))
+	for length > 0 {
+		n := min(int64(len(zero)), length)
+		if _, err := a.WriteAt(zero[:n], off); err != nil {
+			return err
+		}
+		off += n
+		length -= n
+	}
+	return nil
+}
+
+// Discard implements blockdev.Device; the range reads back as zeroes.
+func (a *Array) Discard(off, length int64) error { return a.WriteZeroes(off, length) }

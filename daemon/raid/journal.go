@@ -1,0 +1,439 @@
+package raid
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"slices"
+	"sync"
+
+	"tier0/daemon/blockdev"
+)
+
+// The partial parity log (PPL) closes the write hole. Before a write that
+// does not replace a whole stripe (or any write while degraded), the
+// engine durably writes to each present parity member of the stripe an
+// entry holding:
+//
+//   - the partial parity: that parity computed over the data chunks the
+//     write does NOT modify (their current content), for the row range;
+//   - for every modified data chunk whose member is missing, its new data.
+//
+// After a crash, for every live entry, parity := partial ⊕ Σ coef·current
+// data of the modified chunks (or the logged data for missing ones). That
+// makes the parity agree with whatever mix of old and new blocks reached
+// the modified chunks, so every chunk the write did not touch — including
+// a missing member's chunk, which only exists as parity — reads back
+// intact. Entries are replayed in sequence order; an entry is live until
+// a flush of all members after its write completed (the log tail).
+type journal struct {
+	a        *Array
+	off      int64
+	slots    int
+	slotSize int64
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	nextSeq  uint64
+	tail     uint64              // entries below are retired
+	written  uint64              // highest tail persisted in any entry or superblock
+	active   map[uint64]struct{} // entries whose stripe write is not complete
+	slotSeq  [][]uint64          // per role, the seq in each slot (0 = free)
+	cursor   []int
+	lastSeq  map[int64]uint64 // stripe -> newest entry seq
+	retiring bool
+}
+
+const (
+	entMagic       = "T0PPLENT"
+	entZeroPartial = 1 << 0 // partial is all zeroes (whole stripe modified)
+	entHasPartial  = 1 << 1
+)
+
+type entHeader struct {
+	Magic      [8]byte
+	UUID       [16]byte
+	Seq        uint64
+	Tail       uint64
+	Stripe     uint64
+	RowLo      uint32
+	RowHi      uint32
+	ModMask    uint64
+	Flags      uint32
+	Parity     uint32 // which parity this copy's partial is for
+	NMissing   uint32
+	Missing    [2]uint32
+	PayloadLen uint32
+	PayloadCRC uint32
+	HeaderCRC  uint32
+}
+
+var entHeaderSize = binary.Size(entHeader{})
+
+// logEntry is one PPL record as the write path builds it.
+type logEntry struct {
+	stripe   int64
+	rlo, rhi int64
+	mask     uint64
+	zero     bool
+	partial  [2][]byte // by parity index; nil = not logged
+	missing  map[int][]byte
+	seq      uint64
+}
+
+func newJournal(a *Array, off int64, slots int, slotSize int64) *journal {
+	j := &journal{a: a, off: off, slots: slots, slotSize: slotSize, nextSeq: 1, tail: 1,
+		active: map[uint64]struct{}{}, lastSeq: map[int64]uint64{}}
+	j.cond = sync.NewCond(&j.mu)
+	j.slotSeq = make([][]uint64, a.geo.Members)
+	for r := range j.slotSeq {
+		j.slotSeq[r] = make([]uint64, slots)
+	}
+	j.cursor = make([]int, a.geo.Members)
+	return j
+}
+
+func (j *journal) slotOff(k int) int64 { return j.off + int64(k)*j.slotSize }
+
+// persistTail is the tail to store in a superblock about to be written.
+func (j *journal) persistTail() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.tail > j.written {
+		j.written = j.tail
+	}
+	return j.tail
+}
+
+// needsMarker reports whether stripe s has an entry that a replay could
+// still apply, so that an unlogged write to s would be undone by it.
+func (j *journal) needsMarker(s int64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	seq, ok := j.lastSeq[s]
+	return ok && seq >= j.written
+}
+
+// retireCandidate is the tail that a flush starting now can establish.
+func (j *journal) retireCandidate() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	c := j.nextSeq
+	for s := range j.active {
+		if s < c {
+			c = s
+		}
+	}
+	return c
+}
+
+// retire advances the tail after a successful flush of all members.
+func (j *journal) retire(cand uint64) {
+	j.mu.Lock()
+	if cand > j.tail {
+		j.tail = cand
+		for s, q := range j.lastSeq {
+			if q < j.written && q < j.tail {
+				delete(j.lastSeq, s)
+			}
+		}
+	}
+	j.cond.Broadcast()
+	j.mu.Unlock()
+}
+
+// begin durably writes e to the present parity roles of its stripe and
+// registers it as active. It returns the roles written (possibly none).
+func (j *journal) begin(e *logEntry, roles []int) error {
+	j.mu.Lock()
+	e.seq = j.nextSeq
+	j.nextSeq++
+	j.active[e.seq] = struct{}{}
+	j.lastSeq[e.stripe] = e.seq
+	// Take one slot on every role at once (all or nothing, no deadlock).
+	picked := make([]int, len(roles))
+	tried := false
+	for {
+		ok := true
+		for x, r := range roles {
+			picked[x] = -1
+			for k := 0; k < j.slots; k++ {
+				idx := (j.cursor[r] + k) % j.slots
+				if q := j.slotSeq[r][idx]; q == 0 || q < j.tail {
+					picked[x] = idx
+					break
+				}
+			}
+			if picked[x] < 0 {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			break
+		}
+		if !tried && !j.retiring {
+			// Free slots by flushing every member (outside the lock):
+			// entries completed before the flush become dead.
+			j.retiring, tried = true, true
+			j.mu.Unlock()
+			err := j.a.flushMembers()
+			j.mu.Lock()
+			j.retiring = false
+			j.cond.Broadcast()
+			if err != nil {
+				delete(j.active, e.seq)
+				j.mu.Unlock()
+				return err
+			}
+			continue
+		}
+		j.cond.Wait()
+		tried = false
+	}
+	for x, r := range roles {
+		j.slotSeq[r][picked[x]] = e.seq
+		j.cursor[r] = (picked[x] + 1) % j.slots
+	}
+	tail := j.tail
+	j.mu.Unlock()
+
+	errs := make([]error, len(roles))
+	var wg sync.WaitGroup
+	for x, r := range roles {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := 0
+			if r == j.a.parityRole(e.stripe, 1) && j.a.geo.Level == RAID6 {
+				k = 1
+			}
+			buf := j.encode(e, k, tail)
+			m := j.a.member(r)
+			errs[x] = j.a.mwrite(m, buf, j.slotOff(picked[x]), true)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, errGone) {
+			j.end(e)
+			return err
+		}
+	}
+	j.mu.Lock()
+	if tail > j.written {
+		j.written = tail
+	}
+	j.mu.Unlock()
+	return nil
+}
+
+// end marks e's stripe write complete.
+func (j *journal) end(e *logEntry) {
+	j.mu.Lock()
+	delete(j.active, e.seq)
+	j.cond.Broadcast()
+	j.mu.Unlock()
+}
+
+func (j *journal) encode(e *logEntry, k int, tail uint64) []byte {
+	L := e.rhi - e.rlo
+	h := entHeader{UUID: j.a.uuid, Seq: e.seq, Tail: tail, Stripe: uint64(e.stripe), RowLo: uint32(e.rlo), RowHi: uint32(e.rhi),
+		ModMask: e.mask, Parity: uint32(k)}
+	copy(h.Magic[:], entMagic)
+	var payload int64
+	if e.zero {
+		h.Flags |= entZeroPartial
+	} else if e.partial[k] != nil {
+		h.Flags |= entHasPartial
+		payload += L
+	}
+	idx := make([]int, 0, 2)
+	for i := range e.missing {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	for x, i := range idx {
+		h.Missing[x] = uint32(i)
+	}
+	h.NMissing = uint32(len(idx))
+	payload += int64(len(idx)) * L
+	buf := blockdev.AlignedBuffer(int(metaBlock + payload))
+	p := buf[metaBlock:]
+	if h.Flags&entHasPartial != 0 {
+		copy(p, e.partial[k])
+		p = p[L:]
+	}
+	for _, i := range idx {
+		copy(p, e.missing[i])
+		p = p[L:]
+	}
+	h.PayloadLen = uint32(payload)
+	h.PayloadCRC = crc32.Checksum(buf[metaBlock:], castagnoli)
+	hb, _ := binary.Append(nil, binary.LittleEndian, &h)
+	h.HeaderCRC = crc32.Checksum(hb[:entHeaderSize-4], castagnoli)
+	hb, _ = binary.Append(nil, binary.LittleEndian, &h)
+	copy(buf, hb)
+	return buf
+}
+
+type replayEntry struct {
+	h       entHeader
+	partial [2][]byte
+	zero    bool
+	missing map[int][]byte
+}
+
+// replay applies the live entries of every present member's log in
+// sequence order. sbTail is the tail stored in the superblock.
+func (j *journal) replay(sbTail uint64) (int, error) {
+	a := j.a
+	entries := map[uint64]*replayEntry{}
+	tail := sbTail
+	var mu sync.Mutex
+	errs := a.each(func(m *member) error {
+		if uint8(m.state.Load()) != roleActive {
+			return nil
+		}
+		for k := 0; k < j.slots; k++ {
+			hb := blockdev.AlignedBuffer(metaBlock)
+			if err := a.mread(m, hb, j.slotOff(k)); err != nil {
+				return err
+			}
+			var h entHeader
+			if _, err := binary.Decode(hb, binary.LittleEndian, &h); err != nil {
+				continue
+			}
+			if string(h.Magic[:]) != entMagic || h.UUID != a.uuid ||
+				crc32.Checksum(hb[:entHeaderSize-4], castagnoli) != h.HeaderCRC {
+				continue
+			}
+			L := int64(h.RowHi) - int64(h.RowLo)
+			if L <= 0 || int64(h.RowHi) > a.geo.ChunkSize || int64(h.Stripe) >= a.geo.Stripes || h.NMissing > 2 ||
+				int64(h.PayloadLen) > j.slotSize-metaBlock {
+				continue
+			}
+			pl := blockdev.AlignedBuffer(int(h.PayloadLen))
+			if len(pl) > 0 {
+				if err := a.mread(m, pl, j.slotOff(k)+metaBlock); err != nil {
+					return err
+				}
+			}
+			if crc32.Checksum(pl, castagnoli) != h.PayloadCRC {
+				continue // torn: its stripe write never started
+			}
+			mu.Lock()
+			if h.Tail > tail {
+				tail = h.Tail
+			}
+			e := entries[h.Seq]
+			if e == nil {
+				e = &replayEntry{h: h, missing: map[int][]byte{}}
+				entries[h.Seq] = e
+			}
+			e.zero = h.Flags&entZeroPartial != 0
+			if h.Flags&entHasPartial != 0 {
+				e.partial[h.Parity] = pl[:L]
+				pl = pl[L:]
+			}
+			for x := 0; x < int(h.NMissing); x++ {
+				e.missing[int(h.Missing[x])] = pl[:L]
+				pl = pl[L:]
+			}
+			mu.Unlock()
+		}
+		return nil
+	})
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, errGone) {
+			return 0, e
+		}
+	}
+	if err := a.usable(); err != nil {
+		return 0, err
+	}
+	var seqs []uint64
+	maxSeq := uint64(0)
+	for s := range entries {
+		if s > maxSeq {
+			maxSeq = s
+		}
+		if s >= tail {
+			seqs = append(seqs, s)
+		}
+	}
+	slices.Sort(seqs)
+	for _, s := range seqs {
+		if err := j.apply(entries[s]); err != nil {
+			return 0, err
+		}
+	}
+	j.mu.Lock()
+	if maxSeq+1 > j.nextSeq {
+		j.nextSeq = maxSeq + 1
+	}
+	j.tail = j.nextSeq
+	j.mu.Unlock()
+	return len(seqs), nil
+}
+
+// apply recomputes the parity of one entry's rows from its partial and
+// the current data of the modified chunks.
+func (j *journal) apply(e *replayEntry) error {
+	a := j.a
+	s := int64(e.h.Stripe)
+	rlo, rhi := int64(e.h.RowLo), int64(e.h.RowHi)
+	L := rhi - rlo
+	nd := a.geo.DataDisks
+	data := make([][]byte, nd)
+	for i := 0; i < nd; i++ {
+		if e.h.ModMask&(1<<i) == 0 {
+			continue
+		}
+		if d, ok := e.missing[i]; ok {
+			data[i] = d
+			continue
+		}
+		m := a.member(a.dataRole(s, i))
+		if !a.inSync(m, s) {
+			continue
+		}
+		buf := blockdev.AlignedBuffer(int(L))
+		if err := a.mread(m, buf, a.moff(s, rlo)); err != nil {
+			if errors.Is(err, errGone) {
+				continue
+			}
+			return err
+		}
+		data[i] = buf
+	}
+	for k := 0; k < a.geo.ParityDisks; k++ {
+		pm := a.member(a.parityRole(s, k))
+		if !a.inSync(pm, s) || (e.partial[k] == nil && !e.zero) {
+			continue
+		}
+		acc := make([]byte, L)
+		if !e.zero {
+			copy(acc, e.partial[k])
+		}
+		ok := true
+		for i := 0; i < nd; i++ {
+			if e.h.ModMask&(1<<i) == 0 {
+				continue
+			}
+			if data[i] == nil {
+				ok = false
+				break
+			}
+			a.coder.mulXor(k, i, data[i], acc)
+		}
+		if !ok {
+			a.log.Warn("raid log entry cannot be applied: a modified chunk's member is gone", "stripe", s, "parity", k)
+			continue
+		}
+		if err := a.mwrite(pm, acc, a.moff(s, rlo), false); err != nil && !errors.Is(err, errGone) {
+			return err
+		}
+	}
+	return nil
+}
