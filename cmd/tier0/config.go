@@ -1,0 +1,158 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/spf13/cobra"
+
+	"tier0/daemon/config"
+)
+
+// configInvalidError is returned by the config verbs for a configuration
+// with problems (exit code 1); the problems are printed before.
+type configInvalidError struct {
+	file string
+	n    int
+}
+
+func (e configInvalidError) Error() string {
+	return fmt.Sprintf("%s: %d problem(s); fix them and run `tier0 config validate %s` again", e.file, e.n, e.file)
+}
+
+func (configInvalidError) ExitCode() int { return 1 }
+
+func init() {
+	cfg := &cobra.Command{
+		Use:   "config",
+		Short: "Check site configurations and show array placement",
+	}
+	cfg.AddCommand(&cobra.Command{
+		Use:   "validate FILE",
+		Short: "Validate a site configuration and list every problem",
+		Long: "Validate a site configuration (YAML). Every problem is listed as\n" +
+			"FILE: KEY: what is wrong, what was expected. Exit status 1 when invalid.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := loadSiteConfig(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			drives := 0
+			for _, n := range c.Nodes {
+				drives += len(n.Drives)
+			}
+			if jsonOut {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{
+					"file": args[0], "valid": true, "problems": []any{},
+					"cluster": c.Cluster, "nodes": len(c.Nodes), "drives": drives, "arrays": len(c.Arrays),
+				})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: ok: cluster %s, %d nodes, %d drives, %d arrays\n",
+				args[0], c.Cluster, len(c.Nodes), drives, len(c.Arrays))
+			return err
+		},
+	})
+	cfg.AddCommand(&cobra.Command{
+		Use:   "placement FILE",
+		Short: "Show which drives each array uses (automatic placement resolved)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := loadSiteConfig(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			return printPlacement(cmd.OutOrStdout(), c)
+		},
+	})
+	rootCmd.AddCommand(cfg)
+}
+
+// loadSiteConfig loads a configuration; on problems it prints them (as
+// lines on stderr, or as JSON on stdout with --json) and returns a
+// configInvalidError.
+func loadSiteConfig(cmd *cobra.Command, file string) (*config.Config, error) {
+	c, err := config.Load(file)
+	var ve *config.ValidationError
+	if errors.As(err, &ve) {
+		if jsonOut {
+			probs := make([]map[string]string, len(ve.Problems))
+			for i, p := range ve.Problems {
+				probs[i] = map[string]string{"file": p.File, "key": p.Key, "message": p.Msg}
+			}
+			if err := writeJSON(cmd.OutOrStdout(), map[string]any{"file": file, "valid": false, "problems": probs}); err != nil {
+				return nil, err
+			}
+		} else {
+			for _, p := range ve.Problems {
+				fmt.Fprintln(cmd.ErrOrStderr(), p.String())
+			}
+		}
+		return nil, configInvalidError{file, len(ve.Problems)}
+	}
+	return c, err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+type placedMember struct {
+	Drive string `json:"drive"`
+	Node  string `json:"node"`
+}
+
+type placedArray struct {
+	Array   string         `json:"array"`
+	Level   string         `json:"level"`
+	Home    string         `json:"home"`
+	Auto    bool           `json:"auto"`
+	Members []placedMember `json:"members"`
+}
+
+func printPlacement(w io.Writer, c *config.Config) error {
+	var rows []placedArray
+	width := 0
+	for _, a := range c.Arrays {
+		pa := placedArray{Array: a.Name, Level: a.Level, Home: a.Home, Auto: a.Auto, Members: []placedMember{}}
+		for _, m := range a.Members {
+			n, _, _ := c.Drive(m)
+			pa.Members = append(pa.Members, placedMember{Drive: m, Node: n.Name})
+		}
+		width = max(width, len(a.Members))
+		rows = append(rows, pa)
+	}
+	if jsonOut {
+		return writeJSON(w, map[string]any{"cluster": c.Cluster, "arrays": rows})
+	}
+	header := []any{"ARRAY", "LEVEL", "HOME", "PLACED"}
+	for i := 1; i <= width; i++ {
+		header = append(header, "MEMBER "+strconv.Itoa(i))
+	}
+	t := tablewriter.NewWriter(w)
+	t.Header(header...)
+	for _, r := range rows {
+		placed := "explicit"
+		if r.Auto {
+			placed = "auto"
+		}
+		row := []any{r.Array, r.Level, r.Home, placed}
+		for i := 0; i < width; i++ {
+			if i < len(r.Members) {
+				row = append(row, r.Members[i].Drive)
+			} else {
+				row = append(row, "")
+			}
+		}
+		if err := t.Append(row...); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
