@@ -85,11 +85,11 @@ func TestHTMLEmbedsImagesAndFigures(t *testing.T) {
 	for _, want := range []string{
 		"<h2>Side by side with the seed</h2>",
 		"<td>Retained with one node lost, sequential read</td><td>68.0%</td><td>≈70%</td>",
-		"2.30 s",          // failover time
-		"55.00 s",         // slowest rebuild (array e)
-		"≈70%",            // seed retention
-		"+10–15%",         // seed sequential latency change
-		"100.4%",          // seed read efficiency 131.7/131.2
+		"2.30 s",  // failover time
+		"55.00 s", // slowest rebuild (array e)
+		"≈70%",    // seed retention
+		"+10–15%", // seed sequential latency change
+		"100.4%",  // seed read efficiency 131.7/131.2
 		`<td class="notrun">NOT RUN</td><td>no GPU on this host`,
 		`<td class="fail">FAIL</td><td>sequential read retained 68.0%, below 70%`,
 		"4 passed, 1 failed, 1 not run",
