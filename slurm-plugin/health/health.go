@@ -183,10 +183,11 @@ func (v Verdict) String() string {
 }
 
 // Judge returns the verdict and its reasons for a fetch result: a fetch
-// error is a failed role (daemon down).
+// error is a failed role, reason "daemon down" (the caller logs the error;
+// reasons stay short because they become Slurm drain reasons).
 func Judge(r Report, fetchErr error) (Verdict, []string) {
 	if fetchErr != nil {
-		return Failed, []string{"daemon down (" + fetchErr.Error() + ")"}
+		return Failed, []string{"daemon down"}
 	}
 	if f := r.Failures(); len(f) > 0 {
 		return Failed, f

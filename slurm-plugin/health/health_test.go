@@ -31,7 +31,7 @@ func TestJudge(t *testing.T) {
 		reasons []string
 	}{
 		{"healthy", base, nil, Healthy, nil},
-		{"unreachable", Report{}, ErrDaemonDown, Failed, []string{"daemon down (tier0 daemon down)"}},
+		{"unreachable", Report{}, ErrDaemonDown, Failed, []string{"daemon down"}},
 		{"daemon starting", mod(func(r *Report) { r.Daemon = "starting" }), nil, Failed, []string{"daemon starting"}},
 		{"fenced", mod(func(r *Report) { r.Fenced = true }), nil, Failed, []string{"fenced"}},
 		{"lease", mod(func(r *Report) { r.Lease = "lost" }), nil, Failed, []string{"lease lost"}},
