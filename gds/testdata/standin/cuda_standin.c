@@ -10,7 +10,7 @@
 
 static int ndev(void) {
 	const char *s = getenv("STANDIN_CUDA_DEVICES");
-	return s ? atoi(s) : 1;
+	return (s && *s) ? atoi(s) : 1;
 }
 
 int cuInit(unsigned int flags) { (void)flags; return ndev() > 0 ? 0 : 100; }

@@ -86,6 +86,14 @@ static void log_line(const char *level, const char *msg) {
 	fclose(f);
 }
 
+// The kernel renders /proc on every read; a file cannot, so the stand-in
+// re-renders it on the calls the validator makes before its first snapshot.
+static void refresh(void) {
+	pthread_mutex_lock(&mu);
+	write_nvfs();
+	pthread_mutex_unlock(&mu);
+}
+
 cferr cuFileDriverOpen(void) {
 	cferr e = {0, 0};
 	int forced = atoi(env("STANDIN_DRIVER_OPEN_ERR"));
@@ -117,10 +125,16 @@ cferr cuFileHandleRegister(void **fh, descr *d) {
 	cferr e = {0, 0};
 	if (d->type != 1) { e.err = 5022; return e; }
 	*fh = (void *)(intptr_t)(d->handle.fd + 1);
+	refresh();
 	return e;
 }
 void cuFileHandleDeregister(void *fh) { (void)fh; }
-cferr cuFileBufRegister(const void *p, size_t n, int flags) { (void)p; (void)n; (void)flags; cferr e = {0, 0}; return e; }
+cferr cuFileBufRegister(const void *p, size_t n, int flags) {
+	(void)p; (void)n; (void)flags;
+	cferr e = {0, 0};
+	refresh();
+	return e;
+}
 cferr cuFileBufDeregister(const void *p) { (void)p; cferr e = {0, 0}; return e; }
 
 ssize_t cuFileRead(void *fh, void *dev, size_t size, off_t foff, off_t doff) {
