@@ -6,6 +6,8 @@ import (
 	"github.com/klauspost/cpuid/v2"
 	"github.com/shirou/gopsutil/v3/host"
 	"github.com/shirou/gopsutil/v3/mem"
+
+	"tier0/internal/version"
 )
 
 // Environment describes the machine a run was measured on.
@@ -27,13 +29,14 @@ type Environment struct {
 	Problems []string `json:"problems,omitempty"`
 }
 
-// CollectEnvironment describes this machine. version is tier0's own version
-// string (the caller's build information); site is the site config's name.
+// CollectEnvironment describes this machine. tier0Version overrides the
+// version recorded (empty: this binary's, from internal/version); site is
+// the site config's name.
 // What cannot be read is listed in Problems rather than failing.
-func CollectEnvironment(version, site string) Environment {
+func CollectEnvironment(tier0Version, site string) Environment {
 	e := Environment{
 		OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version(),
-		Tier0Version: version, Site: site,
+		Tier0Version: tier0Version, Site: site,
 		CPU: cpuid.CPU.BrandName, CPUVendor: cpuid.CPU.VendorString,
 		PhysicalCores: cpuid.CPU.PhysicalCores, LogicalCores: cpuid.CPU.LogicalCores,
 	}
@@ -41,7 +44,11 @@ func CollectEnvironment(version, site string) Environment {
 		e.LogicalCores = runtime.NumCPU()
 	}
 	if e.Tier0Version == "" {
-		e.Tier0Version = "unknown"
+		v := version.Get()
+		e.Tier0Version = v.Version
+		if v.Commit != "" {
+			e.Tier0Version += "+" + v.Commit
+		}
 	}
 	if hi, err := host.Info(); err == nil {
 		e.Host, e.Platform, e.Kernel = hi.Hostname, hi.Platform+" "+hi.PlatformVersion, hi.KernelVersion
