@@ -57,19 +57,19 @@ func (o Options) dev() string {
 
 // Drive is one NVMe namespace.
 type Drive struct {
-	Name       string   `json:"name"`        // nvme0n1
-	Path       string   `json:"path"`        // /dev/nvme0n1
-	ByID       string   `json:"by_id"`       // preferred /dev/disk/by-id link ("" if none)
-	Links      []string `json:"links"`       // every /dev/disk/by-id link to it, sorted
-	Controller string   `json:"controller"`  // nvme0 (or the subsystem for multipath)
-	Model      string   `json:"model"`       // trimmed
-	Serial     string   `json:"serial"`      // trimmed
-	Firmware   string   `json:"firmware"`    // trimmed
-	Transport  string   `json:"transport"`   // pcie, tcp, rdma, fc, loop
-	NSID       int      `json:"nsid"`        //
-	WWID       string   `json:"wwid"`        // eui./nguid./uuid. identifier
-	Size       int64    `json:"size"`        // bytes
-	BlockSize  int      `json:"block_size"`  // logical block size
+	Name       string   `json:"name"`       // nvme0n1
+	Path       string   `json:"path"`       // /dev/nvme0n1
+	ByID       string   `json:"by_id"`      // preferred /dev/disk/by-id link ("" if none)
+	Links      []string `json:"links"`      // every /dev/disk/by-id link to it, sorted
+	Controller string   `json:"controller"` // nvme0 (or the subsystem for multipath)
+	Model      string   `json:"model"`      // trimmed
+	Serial     string   `json:"serial"`     // trimmed
+	Firmware   string   `json:"firmware"`   // trimmed
+	Transport  string   `json:"transport"`  // pcie, tcp, rdma, fc, loop
+	NSID       int      `json:"nsid"`       //
+	WWID       string   `json:"wwid"`       // eui./nguid./uuid. identifier
+	Size       int64    `json:"size"`       // bytes
+	BlockSize  int      `json:"block_size"` // logical block size
 }
 
 // namespaceRE matches namespace block devices, not the hidden per-path
