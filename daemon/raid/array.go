@@ -402,6 +402,10 @@ func (a *Array) fail(m *member, reason string) {
 	} else {
 		a.emit(Event{Kind: Degraded, Member: m.role, Reason: reason})
 	}
+	// Make every completed write durable on the survivors before the
+	// array runs degraded: from now on a missing chunk exists only as
+	// parity, and parity and data must not diverge in a later crash.
+	a.flushMembers()
 	if err := a.writeSuperblocks(); err != nil {
 		a.log.Warn("raid superblock update after member failure", "err", err)
 	}
@@ -509,6 +513,7 @@ func (a *Array) Flush() error {
 
 func (a *Array) flushMembers() error {
 	cand := a.jl.retireCandidate()
+	g := a.jl.gen.Add(1) - 1
 	var fencedErr error
 	var mu sync.Mutex
 	a.each(func(m *member) error {
@@ -527,6 +532,12 @@ func (a *Array) flushMembers() error {
 		return err
 	}
 	a.jl.retire(cand)
+	for {
+		f := a.jl.flushedGen.Load()
+		if f >= g || a.jl.flushedGen.CompareAndSwap(f, g) {
+			break
+		}
+	}
 	return nil
 }
 

@@ -184,7 +184,7 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 			a.bg.enqueue(task{kind: taskRebuild, role: r})
 		}
 	}
-	if (!clean || a.bm.count() > 0) && g.ParityDisks > 0 && !a.degraded() {
+	if (!clean || a.bm.count() > 0) && g.ParityDisks > 0 {
 		a.bg.enqueue(task{kind: taskResync})
 	}
 	if missing > 0 {

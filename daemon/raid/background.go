@@ -225,9 +225,6 @@ func (a *Array) runTask(t task) {
 // resync makes the parity (or mirrors) of every dirty bitmap region agree
 // with the data, then clears those bits.
 func (a *Array) resync() error {
-	if a.degraded() {
-		return fmt.Errorf("resync needs every member: %w", ErrDegraded)
-	}
 	dirty := a.bm.snapshot()
 	var n int64
 	for _, d := range dirty {
@@ -249,11 +246,13 @@ func (a *Array) resync() error {
 			if err := a.usable(); err != nil {
 				return err
 			}
-			if a.degraded() {
-				return fmt.Errorf("resync interrupted: %w", ErrDegraded)
-			}
+			// Stripes with a member out of sync are left to the
+			// rebuild (their writes went through the log).
 			a.lockStripe(s)
-			_, _, err := a.syncStripe(s, true, false)
+			var err error
+			if a.allInSync(s) {
+				_, _, err = a.syncStripe(s, true, false)
+			}
 			a.unlockStripe(s)
 			if err != nil && !errors.Is(err, errGone) {
 				return err
@@ -269,6 +268,15 @@ func (a *Array) resync() error {
 	e.Kind = ResyncDone
 	a.emit(e)
 	return nil
+}
+
+func (a *Array) allInSync(s int64) bool {
+	for r := range a.members {
+		if !a.inSync(a.member(r), s) {
+			return false
+		}
+	}
+	return true
 }
 
 // rebuild recomputes role's chunks from the others (every stripe, or the

@@ -707,6 +707,11 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 	}
 
 	if ent != nil {
+		if a.jl.unflushed(s) {
+			if err := a.flushMembers(); err != nil {
+				return retryOn(err)
+			}
+		}
 		var roles []int
 		for k := range pm {
 			if pin[k] {
@@ -720,7 +725,9 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 	}
 	// A member that fails now leaves the stripe consistent: the parity
 	// written covers the new content of every chunk.
-	if err := a.run(ops); err != nil && !errors.Is(err, errGone) {
+	err := a.run(ops)
+	a.jl.wrote(s)
+	if err != nil && !errors.Is(err, errGone) {
 		return err
 	}
 	return nil

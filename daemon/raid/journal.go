@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"tier0/daemon/blockdev"
 )
@@ -42,6 +43,23 @@ type journal struct {
 	cursor   []int
 	lastSeq  map[int64]uint64 // stripe -> newest entry seq
 	retiring bool
+
+	// Write generations: gen advances at the start of every member
+	// flush; wgen records, per stripe (hashed), the generation in which
+	// its last write completed. A stripe written in a generation not yet
+	// flushed must be flushed before a log entry for it is written, since
+	// the entry's partial parity assumes the current data is durable.
+	gen        atomic.Uint64
+	flushedGen atomic.Uint64
+	wgen       [1 << 16]atomic.Uint64
+}
+
+// wrote records that a write to stripe s completed.
+func (j *journal) wrote(s int64) { j.wgen[uint64(s)%uint64(len(j.wgen))].Store(j.gen.Load()) }
+
+// unflushed reports whether stripe s may hold writes not yet durable.
+func (j *journal) unflushed(s int64) bool {
+	return j.wgen[uint64(s)%uint64(len(j.wgen))].Load() > j.flushedGen.Load()
 }
 
 const (
@@ -85,6 +103,7 @@ func newJournal(a *Array, off int64, slots int, slotSize int64) *journal {
 	j := &journal{a: a, off: off, slots: slots, slotSize: slotSize, nextSeq: 1, tail: 1,
 		active: map[uint64]struct{}{}, lastSeq: map[int64]uint64{}}
 	j.cond = sync.NewCond(&j.mu)
+	j.gen.Store(1)
 	j.slotSeq = make([][]uint64, a.geo.Members)
 	for r := range j.slotSeq {
 		j.slotSeq[r] = make([]uint64, slots)
