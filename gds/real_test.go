@@ -48,7 +48,7 @@ func TestRealLibcufileNoGPUVerdict(t *testing.T) {
 	if v.Available || v.Cause != CauseNoCUDA || v.ExitCode() != ExitNotAvailable {
 		t.Fatalf("verdict = %+v", v)
 	}
-	want := "not available on this host: no libcuda: libcuda not loadable: dlopen libcuda.so.1: libcuda.so.1: cannot open shared object file"
+	want := "not available on this host: libcuda not loadable: dlopen libcuda.so.1: libcuda.so.1: cannot open shared object file"
 	if !strings.HasPrefix(v.Summary(), want) {
 		t.Errorf("summary = %q\nwant prefix %q", v.Summary(), want)
 	}

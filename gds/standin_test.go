@@ -286,8 +286,8 @@ func TestValidateStandinNotAvailable(t *testing.T) {
 		setup               func(s *standinSetup)
 	}{
 		{"no-gpu", CauseNoGPU, "no GPU: cuInit: CUDA_ERROR_NO_DEVICE (CUresult 100)", func(s *standinSetup) { t.Setenv("STANDIN_CUDA_DEVICES", "0") }},
-		{"no-libcuda", CauseNoCUDA, "no libcuda: libcuda not loadable: dlopen /nonexistent/libcuda.so.1", func(s *standinSetup) { s.opts.CUDALib = "/nonexistent/libcuda.so.1" }},
-		{"no-libcufile", CauseNoCufile, "no libcufile: libcufile not loadable: dlopen /nonexistent/libcufile.so.0", func(s *standinSetup) { s.opts.CufileLib = "/nonexistent/libcufile.so.0" }},
+		{"no-libcuda", CauseNoCUDA, "libcuda not loadable: dlopen /nonexistent/libcuda.so.1", func(s *standinSetup) { s.opts.CUDALib = "/nonexistent/libcuda.so.1" }},
+		{"no-libcufile", CauseNoCufile, "libcufile not loadable: dlopen /nonexistent/libcufile.so.0", func(s *standinSetup) { s.opts.CufileLib = "/nonexistent/libcufile.so.0" }},
 		{"nvidia-fs", CauseNvfsNotLoaded, "nvidia-fs kernel module not loaded", func(s *standinSetup) { s.opts.NvfsStatsPath = filepath.Join(s.dir, "absent") }},
 		{"driver-open", CauseDriverOpen, "cuFileDriverOpen: error 5033 (CU_FILE_NVFS_SETUP_ERROR: NVFS driver initialization error); cufile.log: stand-in driver open failure", func(s *standinSetup) { t.Setenv("STANDIN_DRIVER_OPEN_ERR", "5033") }},
 	} {

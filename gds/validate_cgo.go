@@ -38,11 +38,11 @@ func Validate(ctx context.Context, o Options) (Verdict, error) {
 
 	lib, err := cufile.Open(o.CufileLib)
 	if err != nil {
-		return NotAvailable(CauseNoCufile, fmt.Sprintf("no libcufile: %v (install libcufile0 from Debian non-free or NVIDIA's GDS package, or set %s)", err, EnvCufileLib)), nil
+		return NotAvailable(CauseNoCufile, fmt.Sprintf("%v (install libcufile0 from Debian non-free or NVIDIA's GDS package, or set %s)", err, EnvCufileLib)), nil
 	}
 	cu, err := cufile.OpenCUDA(o.CUDALib)
 	if err != nil {
-		return NotAvailable(CauseNoCUDA, fmt.Sprintf("no libcuda: %v (no NVIDIA driver on this host; cuFile needs %s)", err, o.CUDALib)), nil
+		return NotAvailable(CauseNoCUDA, fmt.Sprintf("%v (no NVIDIA driver on this host; cuFile needs %s)", err, o.CUDALib)), nil
 	}
 	if err := cu.Init(); err != nil {
 		return NotAvailable(CauseNoGPU, fmt.Sprintf("no GPU: %v", err)), nil

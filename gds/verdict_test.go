@@ -121,3 +121,16 @@ func TestCufileConfig(t *testing.T) {
 		t.Errorf("minimal config = %s", out)
 	}
 }
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "1M": 1 << 20, "1MiB": 1 << 20, "10g": 10 << 30, "4k": 4096, "2T": 2 << 40, "512KB": 512 << 10} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "M", "1.5G", "-1", "x"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q): no error", bad)
+		}
+	}
+}
