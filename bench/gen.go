@@ -180,6 +180,8 @@ type Result struct {
 	// Series has one bucket per Config.Interval from Start, empty buckets
 	// included, up to the last completion.
 	Series []Interval
+	// Marks holds, per Handle.Mark call, the first completions after it.
+	Marks []MarkResult
 }
 
 // BytesPerSecond is the aggregate throughput over the whole run.
@@ -262,7 +264,9 @@ type targetState struct {
 	firstOK    atomic.Int64
 	mu         sync.Mutex
 	firstErr   *ErrorRecord
-	stall      Stall
+	stall      Stall                                         // guarded by mu
+	stallNs    atomic.Int64                                  // stall.Duration, for the lock-free check
+	marks      [MaxMarks]struct{ done, issued atomic.Int64 } // ns since start, -1 none
 }
 
 type run struct {
@@ -283,6 +287,8 @@ type run struct {
 	firstMu   sync.Mutex
 	firstErr  *ErrorRecord
 	lastIndex atomic.Int64
+	nmarks    atomic.Int64
+	markAt    [MaxMarks]atomic.Int64 // ns since start
 }
 
 const regionAlign = 4096
@@ -340,16 +346,71 @@ func (c *Config) check(targets []Target) error {
 	return nil
 }
 
-// Run drives the configured load against every target at once, QueueDepth
-// workers each, until a stop condition or ctx ends, and returns what it
-// measured. The hot path (issue, time, record) allocates nothing; the time
-// series grows by whole blocks of buckets as the run proceeds.
+// MaxMarks is how many marks one run can hold (see Handle.Mark).
+const MaxMarks = 8
+
+// ErrTooManyMarks: Handle.Mark was called more than MaxMarks times.
+var ErrTooManyMarks = errors.New("bench: too many marks in one run")
+
+// Handle is a run in progress, started by Start.
+type Handle struct {
+	r      *run
+	ts     []*targetState
+	counts [][]VerifyCounts
+	done   chan struct{}
+	res    *Result
+	log    *slog.Logger
+	markMu sync.Mutex
+	labels []string
+}
+
+// MarkResult is what followed one Handle.Mark call on each target.
+type MarkResult struct {
+	Label   string       `json:"label"`
+	At      time.Time    `json:"at"`
+	Targets []TargetMark `json:"targets"`
+}
+
+// TargetMark is the first successful completions on one target after a
+// mark: of any I/O (FirstDone; it may have been in flight at the mark) and
+// of an I/O issued after the mark (FirstIssued). Zero when none.
+type TargetMark struct {
+	ID          string    `json:"id"`
+	FirstDone   time.Time `json:"first_done"`
+	FirstIssued time.Time `json:"first_issued"`
+}
+
+// Resumed returns FirstIssued - At for target id: how long after the mark
+// (say, a node kill) the first I/O that was issued after it completed.
+// ok is false if none did or the target is unknown.
+func (m MarkResult) Resumed(id string) (d time.Duration, ok bool) {
+	for _, t := range m.Targets {
+		if t.ID == id && !t.FirstIssued.IsZero() {
+			return t.FirstIssued.Sub(m.At), true
+		}
+	}
+	return 0, false
+}
+
+// Run is Start followed by Wait.
+func Run(ctx context.Context, cfg Config, targets []Target) (*Result, error) {
+	h, err := Start(ctx, cfg, targets)
+	if err != nil {
+		return nil, err
+	}
+	return h.Wait()
+}
+
+// Start checks the configuration and starts the load: QueueDepth workers
+// per target, all at once, until a stop condition or ctx ends. The hot path
+// (issue, time, record) allocates nothing; the time series grows by whole
+// blocks of buckets as the run proceeds.
 //
 // A context cancellation ends the run normally (the result covers what
 // completed). An I/O error ends it with that error unless TolerateErrors;
-// the partial result is returned with it. Verification failures never end
+// Wait returns the partial result with it. Verification failures never end
 // a run; see Result.VerifyErr.
-func Run(ctx context.Context, cfg Config, targets []Target) (*Result, error) {
+func Start(ctx context.Context, cfg Config, targets []Target) (*Handle, error) {
 	if cfg.QueueDepth == 0 {
 		cfg.QueueDepth = 1
 	}
@@ -366,10 +427,7 @@ func Run(ctx context.Context, cfg Config, targets []Target) (*Result, error) {
 	if now == nil {
 		now = time.Now
 	}
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cfg.logger()
 	r := &run{cfg: cfg, now: now, lat: NewHistogram(), rlat: NewHistogram(), wlat: NewHistogram()}
 	ts := make([]*targetState, len(targets))
 	for i, t := range targets {
@@ -380,18 +438,22 @@ func Run(ctx context.Context, cfg Config, targets []Target) (*Result, error) {
 		st := &targetState{t: t, region: l, dev: DeviceHash(t.ID), bs: t.Dev.BlockSize(), lat: NewHistogram()}
 		st.lastOK.Store(-1)
 		st.firstOK.Store(-1)
+		for m := range st.marks {
+			st.marks[m].done.Store(-1)
+			st.marks[m].issued.Store(-1)
+		}
 		ts[i] = st
 	}
 	r.ser.get(0)
 	r.start = now()
 	log.Info("bench run start", "pattern", cfg.Pattern, "io_size", cfg.IOSize, "qd", cfg.QueueDepth, "targets", len(targets), "verify", cfg.Verify)
 
-	counts := make([][]VerifyCounts, len(ts))
+	h := &Handle{r: r, ts: ts, counts: make([][]VerifyCounts, len(ts)), done: make(chan struct{}), log: log}
 	var wg sync.WaitGroup
 	for i, st := range ts {
-		counts[i] = make([]VerifyCounts, cfg.QueueDepth)
+		h.counts[i] = make([]VerifyCounts, cfg.QueueDepth)
 		for w := 0; w < cfg.QueueDepth; w++ {
-			wk := newWorker(r, st, i, w, &counts[i][w])
+			wk := newWorker(r, st, i, w, &h.counts[i][w])
 			if wk == nil {
 				continue
 			}
@@ -402,9 +464,44 @@ func Run(ctx context.Context, cfg Config, targets []Target) (*Result, error) {
 			}()
 		}
 	}
-	wg.Wait()
-	elapsed := now().Sub(r.start)
+	go func() {
+		wg.Wait()
+		h.finish()
+		close(h.done)
+	}()
+	return h, nil
+}
 
+// Mark records an instant (a node kill, a path change) and returns it. The
+// result then reports, per target, the first completions after it (see
+// MarkResult). At most MaxMarks per run; marks made after the run ended
+// are not reported.
+func (h *Handle) Mark(label string) (time.Time, error) {
+	h.markMu.Lock()
+	defer h.markMu.Unlock()
+	n := len(h.labels)
+	if n >= MaxMarks {
+		return time.Time{}, fmt.Errorf("mark %q would be number %d, the limit is %d: %w", label, n+1, MaxMarks, ErrTooManyMarks)
+	}
+	at := h.r.now()
+	h.r.markAt[n].Store(int64(at.Sub(h.r.start)))
+	h.labels = append(h.labels, label)
+	h.r.nmarks.Store(int64(n + 1))
+	return at, nil
+}
+
+// Done is closed when the run has ended and Wait will not block.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Wait blocks until the run ends and returns its result (see Start).
+func (h *Handle) Wait() (*Result, error) {
+	<-h.done
+	return h.res, h.r.err
+}
+
+func (h *Handle) finish() {
+	r, ts, cfg := h.r, h.ts, h.r.cfg
+	elapsed := r.now().Sub(r.start)
 	res := &Result{
 		Config: cfg, Start: r.start, Elapsed: elapsed,
 		ReadOps: r.rops.Load(), WriteOps: r.wops.Load(),
@@ -414,21 +511,34 @@ func Run(ctx context.Context, cfg Config, targets []Target) (*Result, error) {
 	}
 	res.Ops = res.ReadOps + res.WriteOps
 	res.Bytes = res.ReadBytes + res.WriteBytes
+	at := func(ns int64) time.Time {
+		if ns < 0 {
+			return time.Time{}
+		}
+		return r.start.Add(time.Duration(ns))
+	}
 	for i, st := range ts {
 		tr := TargetResult{
 			ID: st.t.ID, Ops: st.ops.Load(), Bytes: st.bytes.Load(), Errors: st.errors.Load(),
 			Latency: st.lat, FirstError: st.firstErr, LongestStall: st.stall,
+			FirstOK: at(st.firstOK.Load()),
 		}
-		if f := st.firstOK.Load(); f >= 0 {
-			tr.FirstOK = r.start.Add(time.Duration(f))
-		}
-		for _, c := range counts[i] {
+		for _, c := range h.counts[i] {
 			tr.Verify.add(c)
 		}
 		res.Verify.add(tr.Verify)
 		res.Errors += tr.Errors
 		res.Targets = append(res.Targets, tr)
 	}
+	h.markMu.Lock()
+	for m, label := range h.labels {
+		mr := MarkResult{Label: label, At: at(r.markAt[m].Load())}
+		for _, st := range ts {
+			mr.Targets = append(mr.Targets, TargetMark{ID: st.t.ID, FirstDone: at(st.marks[m].done.Load()), FirstIssued: at(st.marks[m].issued.Load())})
+		}
+		res.Marks = append(res.Marks, mr)
+	}
+	h.markMu.Unlock()
 	last := int(r.lastIndex.Load())
 	if p := r.ser.buckets.Load(); p != nil {
 		for i := 0; i <= last && i < len(*p); i++ {
@@ -436,8 +546,8 @@ func Run(ctx context.Context, cfg Config, targets []Target) (*Result, error) {
 			res.Series = append(res.Series, Interval{Index: i, Ops: b.ops.Load(), Bytes: b.bytes.Load(), Errors: b.errors.Load(), Latency: b.lat})
 		}
 	}
-	log.Info("bench run end", "ops", res.Ops, "bytes", res.Bytes, "errors", res.Errors, "elapsed", elapsed)
-	return res, r.err
+	h.log.Info("bench run end", "ops", res.Ops, "bytes", res.Bytes, "errors", res.Errors, "elapsed", elapsed)
+	h.res = res
 }
 
 type worker struct {
@@ -600,16 +710,39 @@ func (wk *worker) loop(ctx context.Context) {
 			r.rbytes.Add(int64(n))
 		}
 		nowNs := int64(since)
-		st.firstOK.CompareAndSwap(-1, nowNs)
-		if prev := st.lastOK.Swap(nowNs); prev >= 0 && nowNs-prev > int64(st.stall.Duration) {
+		if nm := int(r.nmarks.Load()); nm > 0 {
+			issuedNs := int64(t0.Sub(r.start))
+			for m := 0; m < nm; m++ {
+				mk := &st.marks[m]
+				if at := r.markAt[m].Load(); nowNs >= at {
+					storeMin(&mk.done, nowNs)
+					if issuedNs >= at {
+						storeMin(&mk.issued, nowNs)
+					}
+				}
+			}
+		}
+		storeMin(&st.firstOK, nowNs)
+		if prev := st.lastOK.Swap(nowNs); prev >= 0 && nowNs-prev > st.stallNs.Load() {
 			st.mu.Lock()
 			if gap := time.Duration(nowNs - prev); gap > st.stall.Duration {
 				st.stall = Stall{From: r.start.Add(time.Duration(prev)), To: t1, Duration: gap}
+				st.stallNs.Store(int64(gap))
 			}
 			st.mu.Unlock()
 		}
 		if !write && cfg.Verify {
 			wk.check(p, off)
+		}
+	}
+}
+
+// storeMin lowers a to v, treating -1 as unset.
+func storeMin(a *atomic.Int64, v int64) {
+	for {
+		c := a.Load()
+		if (c >= 0 && c <= v) || a.CompareAndSwap(c, v) {
+			return
 		}
 	}
 }

@@ -226,3 +226,49 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestMarkMeasuresResumption(t *testing.T) {
+	d := newMemDev(mib, 512)
+	var holdUntil atomic.Int64 // unix ns; requests issued before it wait for it
+	d.setFail(func(off int64, write bool) error {
+		if u := holdUntil.Load(); u != 0 {
+			if wait := time.Until(time.Unix(0, u)); wait > 0 {
+				time.Sleep(wait)
+			}
+		}
+		return nil
+	})
+	h, err := Start(context.Background(), Config{Pattern: RandRead, IOSize: 4096, QueueDepth: 2, Duration: 400 * time.Millisecond, Interval: 50 * time.Millisecond}, []Target{{ID: "B", Dev: d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	holdUntil.Store(time.Now().Add(150 * time.Millisecond).UnixNano())
+	at, err := h.Mark("node B killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Marks) != 1 || !res.Marks[0].At.Equal(at) || res.Marks[0].Label != "node B killed" {
+		t.Fatalf("marks %+v", res.Marks)
+	}
+	d0, ok := res.Marks[0].Resumed("B")
+	if !ok || d0 < 140*time.Millisecond || d0 > time.Second {
+		t.Fatalf("resumed after %v (ok %v), want ≈150ms", d0, ok)
+	}
+	tm := res.Marks[0].Targets[0]
+	if tm.FirstDone.After(tm.FirstIssued) || tm.FirstDone.Before(at) {
+		t.Fatalf("first done %v, first issued %v, mark %v", tm.FirstDone, tm.FirstIssued, at)
+	}
+	for i := 1; i < MaxMarks; i++ {
+		if _, err := h.Mark("x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.Mark("one too many"); !errors.Is(err, ErrTooManyMarks) {
+		t.Fatalf("mark %d: %v, want ErrTooManyMarks", MaxMarks+1, err)
+	}
+}
