@@ -259,6 +259,13 @@ func TestMarkMeasuresResumption(t *testing.T) {
 	if !ok || d0 < 140*time.Millisecond || d0 > time.Second {
 		t.Fatalf("resumed after %v (ok %v), want ≈150ms", d0, ok)
 	}
+	rec, ok := FailoverFrom("B", res.Marks[0], "B", "s")
+	if !ok || rec.Duration != d0 || !rec.KilledAt.Equal(at) {
+		t.Fatalf("failover record %+v from mark %+v", rec, res.Marks[0])
+	}
+	if ts := SeriesFrom("s", res); len(ts.Markers) != 1 || !ts.Markers[0].At.Equal(at) {
+		t.Fatalf("series markers %+v, want the mark", ts.Markers)
+	}
 	tm := res.Marks[0].Targets[0]
 	if tm.FirstDone.After(tm.FirstIssued) || tm.FirstDone.Before(at) {
 		t.Fatalf("first done %v, first issued %v, mark %v", tm.FirstDone, tm.FirstIssued, at)

@@ -127,6 +127,23 @@ type FailoverRecord struct {
 	SeriesID string `json:"series,omitempty"`
 }
 
+// FailoverFrom starts a FailoverRecord from the mark a load run made when
+// node was killed: KilledAt is the mark, FirstIOAt the completion of the
+// first I/O issued after it on movedTarget (the frontend of the array the
+// node owned). ok is false when no such I/O completed; the record then has
+// a zero FirstIOAt and Duration.
+func FailoverFrom(node string, kill MarkResult, movedTarget, seriesID string) (rec FailoverRecord, ok bool) {
+	rec = FailoverRecord{Node: node, KilledAt: kill.At, SeriesID: seriesID}
+	for _, t := range kill.Targets {
+		if t.ID == movedTarget && !t.FirstIssued.IsZero() {
+			rec.FirstIOAt = t.FirstIssued
+			rec.Duration = t.FirstIssued.Sub(kill.At)
+			return rec, true
+		}
+	}
+	return rec, false
+}
+
 // ArrayFailover is one array's part of the failover.
 type ArrayFailover struct {
 	Array string `json:"array"`

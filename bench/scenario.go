@@ -194,11 +194,14 @@ func MeasurementFrom(res *Result, layer Layer, state State, scenario string) Mea
 }
 
 // SeriesFrom turns a result's buckets into a TimeSeries (throughput, IOPS,
-// mean and p99 latency and errors per bucket). Its markers are empty; the
-// caller adds events (node killed, array moved) with Mark.
+// mean and p99 latency and errors per bucket). The run's marks (Handle.Mark)
+// become markers; the caller may add more with TimeSeries.Mark.
 func SeriesFrom(id string, res *Result) TimeSeries {
 	iv := res.Config.Interval
 	ts := TimeSeries{ID: id, Start: res.Start, IntervalS: iv.Seconds()}
+	for _, m := range res.Marks {
+		ts.Mark(m.At, m.Label)
+	}
 	for _, b := range res.Series {
 		// The last bucket is usually cut short by the end of the run: its
 		// rates are over the part of it that the run covered.
