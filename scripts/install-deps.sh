@@ -5,16 +5,18 @@
 #
 # Each layer keeps its own list in scripts/deps.d/NAME.sh. A file there sets
 # APT_PACKAGES (space separated) and may define post_install() for extra
-# steps (enabling a component, building a VM image...).
+# steps (building a VM image...) and pre_install() for steps that must come
+# before apt-get update (enabling an apt component). Both run only as root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 pkgs=()
+pres=()
 posts=()
 for f in "$here"/deps.d/*.sh; do
   [ -e "$f" ] || continue
   APT_PACKAGES=""
-  unset -f post_install 2>/dev/null || true
+  unset -f post_install pre_install 2>/dev/null || true
   # shellcheck disable=SC1090
   . "$f"
   for p in $APT_PACKAGES; do pkgs+=("$p"); done
@@ -22,6 +24,11 @@ for f in "$here"/deps.d/*.sh; do
     fn="post_$(basename "$f" .sh | tr -c 'a-zA-Z0-9_\n' _)"
     eval "$fn() { $(declare -f post_install | tail -n +2); }"
     posts+=("$fn")
+  fi
+  if declare -F pre_install >/dev/null; then
+    fn="pre_$(basename "$f" .sh | tr -c 'a-zA-Z0-9_\n' _)"
+    eval "$fn() { $(declare -f pre_install | tail -n +2); }"
+    pres+=("$fn")
   fi
 done
 
@@ -36,6 +43,8 @@ if [ "$(id -u)" != 0 ]; then
   fi
   exit 0
 fi
+
+for fn in "${pres[@]}"; do "$fn"; done
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
