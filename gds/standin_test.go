@@ -113,7 +113,7 @@ func newStandin(t *testing.T, cufileLib string) *standinSetup {
 	unix.Close(fd)
 	// Restore whatever the validator sets in the environment.
 	for _, k := range []string{"CUFILE_ENV_PATH_JSON", "CUFILE_LOGFILE_PATH", "CUFILE_ALLOW_COMPAT_MODE",
-		"STANDIN_POSIX_EVERY", "STANDIN_DRIVER_OPEN_ERR", "STANDIN_CUDA_DEVICES", "STANDIN_GDS_STATS_OUT",
+		"STANDIN_POSIX_EVERY", "STANDIN_DRIVER_OPEN_ERR", "STANDIN_COMPAT_ONLY", "STANDIN_CUDA_DEVICES", "STANDIN_GDS_STATS_OUT",
 		EnvCufileLib, EnvCUDALib, EnvNvfsStats, EnvNvfsParams, EnvGdsStats} {
 		t.Setenv(k, "")
 	}
@@ -283,17 +283,18 @@ func TestValidateStandinNotAvailable(t *testing.T) {
 	lib, _, _ := standinLibs(t)
 	for _, c := range []struct {
 		name, cause, reason string
-		setup               func(s *standinSetup)
+		setup               func(t *testing.T, s *standinSetup)
 	}{
-		{"no-gpu", CauseNoGPU, "no GPU: cuInit: CUDA_ERROR_NO_DEVICE (CUresult 100)", func(s *standinSetup) { t.Setenv("STANDIN_CUDA_DEVICES", "0") }},
-		{"no-libcuda", CauseNoCUDA, "libcuda not loadable: dlopen /nonexistent/libcuda.so.1", func(s *standinSetup) { s.opts.CUDALib = "/nonexistent/libcuda.so.1" }},
-		{"no-libcufile", CauseNoCufile, "libcufile not loadable: dlopen /nonexistent/libcufile.so.0", func(s *standinSetup) { s.opts.CufileLib = "/nonexistent/libcufile.so.0" }},
-		{"nvidia-fs", CauseNvfsNotLoaded, "nvidia-fs kernel module not loaded", func(s *standinSetup) { s.opts.NvfsStatsPath = filepath.Join(s.dir, "absent") }},
-		{"driver-open", CauseDriverOpen, "cuFileDriverOpen: error 5033 (CU_FILE_NVFS_SETUP_ERROR: NVFS driver initialization error); cufile.log: stand-in driver open failure", func(s *standinSetup) { t.Setenv("STANDIN_DRIVER_OPEN_ERR", "5033") }},
+		{"no-gpu", CauseNoGPU, "no GPU: cuInit: CUDA_ERROR_NO_DEVICE (CUresult 100)", func(t *testing.T, s *standinSetup) { t.Setenv("STANDIN_CUDA_DEVICES", "0") }},
+		{"no-libcuda", CauseNoCUDA, "libcuda not loadable: dlopen /nonexistent/libcuda.so.1", func(t *testing.T, s *standinSetup) { s.opts.CUDALib = "/nonexistent/libcuda.so.1" }},
+		{"no-libcufile", CauseNoCufile, "libcufile not loadable: dlopen /nonexistent/libcufile.so.0", func(t *testing.T, s *standinSetup) { s.opts.CufileLib = "/nonexistent/libcufile.so.0" }},
+		{"nvidia-fs", CauseNvfsNotLoaded, "nvidia-fs kernel module not loaded", func(t *testing.T, s *standinSetup) { s.opts.NvfsStatsPath = filepath.Join(s.dir, "absent") }},
+		{"driver-open", CauseDriverOpen, "cuFileDriverOpen: error 5033 (CU_FILE_NVFS_SETUP_ERROR: NVFS driver initialization error); cufile.log: stand-in driver open failure", func(t *testing.T, s *standinSetup) { t.Setenv("STANDIN_DRIVER_OPEN_ERR", "5033") }},
+		{"compat-only", CauseCompatOnly, "compat mode only: cuFile opened without the nvidia-fs direct path (running in compatible mode; log: ", func(t *testing.T, s *standinSetup) { t.Setenv("STANDIN_COMPAT_ONLY", "1") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newStandin(t, lib)
-			c.setup(s)
+			c.setup(t, s)
 			v, err := Validate(context.Background(), s.opts)
 			if err != nil {
 				t.Fatal(err)

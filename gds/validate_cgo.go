@@ -34,32 +34,38 @@ func Validate(ctx context.Context, o Options) (Verdict, error) {
 		return Verdict{}, err
 	}
 	log := o.Logger
-	ev := Evidence{GPU: o.GPU, IOSize: o.IOSize, Threads: o.Threads, Strict: o.Strict, NvfsStatsPath: o.NvfsStatsPath}
+	ev := Evidence{File: o.File, Size: o.Size, GPU: o.GPU, IOSize: o.IOSize, Threads: o.Threads, Strict: o.Strict, NvfsStatsPath: o.NvfsStatsPath}
+	// NotAvailable verdicts carry the options in their evidence too.
+	na := func(cause, reason string) Verdict {
+		v := NotAvailable(cause, reason)
+		v.Evidence = ev
+		return v
+	}
 
 	lib, err := cufile.Open(o.CufileLib)
 	if err != nil {
-		return NotAvailable(CauseNoCufile, fmt.Sprintf("%v (install libcufile0 from Debian non-free or NVIDIA's GDS package, or set %s)", err, EnvCufileLib)), nil
+		return na(CauseNoCufile, fmt.Sprintf("%v (install libcufile0 from Debian non-free or NVIDIA's GDS package, or set %s)", err, EnvCufileLib)), nil
 	}
 	cu, err := cufile.OpenCUDA(o.CUDALib)
 	if err != nil {
-		return NotAvailable(CauseNoCUDA, fmt.Sprintf("%v (no NVIDIA driver on this host; cuFile needs %s)", err, o.CUDALib)), nil
+		return na(CauseNoCUDA, fmt.Sprintf("%v (no NVIDIA driver on this host; cuFile needs %s)", err, o.CUDALib)), nil
 	}
 	if err := cu.Init(); err != nil {
-		return NotAvailable(CauseNoGPU, fmt.Sprintf("no GPU: %v", err)), nil
+		return na(CauseNoGPU, fmt.Sprintf("no GPU: %v", err)), nil
 	}
 	n, err := cu.DeviceCount()
 	if err != nil {
-		return NotAvailable(CauseNoGPU, fmt.Sprintf("no GPU: %v", err)), nil
+		return na(CauseNoGPU, fmt.Sprintf("no GPU: %v", err)), nil
 	}
 	if n == 0 {
-		return NotAvailable(CauseNoGPU, "no GPU: cuDeviceGetCount reports 0 CUDA devices"), nil
+		return na(CauseNoGPU, "no GPU: cuDeviceGetCount reports 0 CUDA devices"), nil
 	}
 	if o.GPU >= n {
 		return Verdict{}, fmt.Errorf("%w: gpu %d requested, but this host has %d CUDA devices (0..%d)", ErrUsage, o.GPU, n, n-1)
 	}
 	ev.GPUName, _ = cu.DeviceName(o.GPU)
 	if _, err := os.Stat(o.NvfsStatsPath); err != nil {
-		return NotAvailable(CauseNvfsNotLoaded, fmt.Sprintf("nvidia-fs kernel module not loaded (%s: %v): load it with modprobe nvidia-fs", o.NvfsStatsPath, errors.Unwrap(err))), nil
+		return na(CauseNvfsNotLoaded, fmt.Sprintf("nvidia-fs kernel module not loaded (%s: %v): load it with modprobe nvidia-fs", o.NvfsStatsPath, errors.Unwrap(err))), nil
 	}
 
 	// The file first: a usage error should not cost a driver open.
@@ -84,7 +90,7 @@ func Validate(ctx context.Context, o Options) (Verdict, error) {
 
 	xctx, err := cu.PrimaryContext(o.GPU)
 	if err != nil {
-		return NotAvailable(CauseNoGPU, fmt.Sprintf("GPU %d: %v", o.GPU, err)), nil
+		return na(CauseNoGPU, fmt.Sprintf("GPU %d: %v", o.GPU, err)), nil
 	}
 	defer xctx.Release()
 
@@ -95,7 +101,7 @@ func Validate(ctx context.Context, o Options) (Verdict, error) {
 		if s := logErrorSummary(scan); s != "" {
 			reason += "; cufile.log: " + s
 		}
-		return NotAvailable(CauseDriverOpen, reason+" (log: "+ev.LogPath+")"), nil
+		return na(CauseDriverOpen, reason+" (log: "+ev.LogPath+")"), nil
 	}
 	defer lib.DriverClose()
 	props, _ := lib.Properties()
@@ -107,7 +113,7 @@ func Validate(ctx context.Context, o Options) (Verdict, error) {
 		if s := logErrorSummary(scan); s != "" {
 			why += "; " + s
 		}
-		return NotAvailable(CauseCompatOnly, "compat mode only: cuFile opened without the nvidia-fs direct path ("+why+")"), nil
+		return na(CauseCompatOnly, "compat mode only: cuFile opened without the nvidia-fs direct path ("+why+"; log: "+ev.LogPath+")"), nil
 	}
 	log.Info("cuFile driver open", "nvfs", fmt.Sprintf("%d.%d", props.NvfsMajor, props.NvfsMinor), "gpu", ev.GPUName)
 

@@ -27,7 +27,10 @@ func TestJudge(t *testing.T) {
 		{"nvfs short", func(e *Evidence) { e.NvfsAfter.N = 140; e.CufileSource = "" }, false, "nvidia-fs counted 90 reads for 100 operations: 10 did not take the direct path", 10},
 		{"nvfs errors", func(e *Evidence) { e.NvfsAfter.Err = 2 }, false, "nvidia-fs counted 2 read errors", 0},
 		{"posix", func(e *Evidence) { e.CufilePosix = 3; e.CufileNvfs = 97 }, false, "cuFile served 3 of 100 reads through POSIX", 3},
-		{"no kernel counters", func(e *Evidence) { e.NvfsAfter.Present = false; e.NvfsNote = "rw_stats_enabled is 0 and could not be set: permission denied" }, false, "nvidia-fs read counters not available (rw_stats_enabled is 0 and could not be set: permission denied)", 0},
+		{"no kernel counters", func(e *Evidence) {
+			e.NvfsAfter.Present = false
+			e.NvfsNote = "rw_stats_enabled is 0 and could not be set: permission denied"
+		}, false, "nvidia-fs read counters not available (rw_stats_enabled is 0 and could not be set: permission denied)", 0},
 		{"compat notice", func(e *Evidence) {
 			e.Log.Compat = []LogLine{{Message: "running in compatible mode"}}
 		}, false, `cufile.log has 1 compat-mode notices, first: "running in compatible mode"`, 0},

@@ -9,6 +9,8 @@
 //     goes to CUFILE_LOGFILE_PATH; with CUFILE_ALLOW_COMPAT_MODE=false that
 //     read fails with CU_FILE_IO_NOT_SUPPORTED instead.
 //   - STANDIN_DRIVER_OPEN_ERR=N makes cuFileDriverOpen fail with N.
+//   - STANDIN_COMPAT_ONLY=1 opens the driver in compat mode only (nvfs
+//     version 0.0 and a "running in compatible mode" notice).
 // Built with -DSTANDIN_NO_STATS_API it lacks the statistics API and instead
 // writes gds_stats -l 3 output to STANDIN_GDS_STATS_OUT after every read.
 #define _GNU_SOURCE
@@ -110,6 +112,7 @@ cferr cuFileDriverOpen(void) {
 	opened = 1;
 	write_nvfs();
 	pthread_mutex_unlock(&mu);
+	if (*env("STANDIN_COMPAT_ONLY")) log_line("NOTICE", "running in compatible mode");
 	log_line("INFO", "stand-in driver opened");
 	return e;
 }
@@ -117,8 +120,9 @@ cferr cuFileDriverClose_v2(void) { cferr e = {0, 0}; opened = 0; return e; }
 cferr cuFileDriverGetProperties(void *p) {
 	cferr e = {0, 0};
 	unsigned int *u = p;
-	u[0] = opened ? 2 : 0; // nvfs.major_version
-	u[1] = opened ? 20 : 0;
+	int compat = *env("STANDIN_COMPAT_ONLY") != 0;
+	u[0] = opened && !compat ? 2 : 0; // nvfs.major_version
+	u[1] = opened && !compat ? 20 : 0;
 	return e;
 }
 cferr cuFileHandleRegister(void **fh, descr *d) {
