@@ -119,19 +119,21 @@ func groupedBars(p *plot.Plot, labels []string, groups []string, vals [][]float6
 
 func retentionFigure(rows []Row) (Figure, error) {
 	f := Figure{Name: "retention", Title: "Healthy vs one node lost vs seed",
-		Caption: "Throughput (sequential) or IOPS (random) with one node lost, as a fraction of healthy; the seed's published retention beside it. A missing tier0 bar means the measurement is absent (see the comparison table)."}
+		Caption: "Throughput (sequential) or IOPS (random) with one node lost, as a fraction of healthy; the seed's published retention beside it. A missing tier0 bar means the measurement is absent (see the comparison table). Drawn only when at least one tier0 value exists."}
 	var labels []string
 	var healthy, degraded, seed []float64
+	have := false
 	for _, r := range rows {
 		if r.Kind != Ratio || r.Metric[:min(len(r.Metric), 8)] != "Retained" {
 			continue
 		}
 		labels = append(labels, shortMetric(r.Metric))
+		have = have || r.Has()
 		healthy = append(healthy, 1)
 		degraded = append(degraded, nanToZero(r.Tier0))
 		seed = append(seed, nanToZero(r.Seed))
 	}
-	if len(labels) == 0 {
+	if !have { // nothing of tier0's to show
 		return f, nil
 	}
 	p := plot.New()
@@ -151,15 +153,17 @@ func efficiencyFigure(rows []Row) (Figure, error) {
 		Caption: "Sequential bandwidth of a layer as a fraction of the layer below it. Seed: file system over its raw block layer."}
 	var labels []string
 	var t0, seed []float64
+	have := false
 	for _, r := range rows {
 		if r.Kind != Ratio || r.Metric[:min(len(r.Metric), 8)] == "Retained" {
 			continue
 		}
 		labels = append(labels, shortMetric(r.Metric))
+		have = have || r.Has()
 		t0 = append(t0, nanToZero(r.Tier0))
 		seed = append(seed, nanToZero(r.Seed))
 	}
-	if len(labels) == 0 {
+	if !have { // nothing of tier0's to show
 		return f, nil
 	}
 	p := plot.New()
