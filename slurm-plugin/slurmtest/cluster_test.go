@@ -1,0 +1,493 @@
+// Package slurmtest runs tier0's Slurm hooks against a real Slurm 22.05
+// cluster on one machine: munged, slurmctld and five slurmd (one per tier0
+// node A-E), all children of the test under a temporary directory, on
+// loopback and non-default ports. Each node's tier0d is replaced by
+// FakeTier0d, an HTTP server serving only /v1/node/health, until the real
+// daemon can be started here.
+//
+// It needs root and Debian's slurmctld, slurmd, slurm-client and munge
+// (scripts/deps.d/slurm.sh); it skips, saying why, when they are missing.
+package slurmtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"tier0/slurm-plugin/cli"
+	"tier0/slurm-plugin/slurm"
+)
+
+// TestMain doubles as the tier0 CLI: the test links the test binary as
+// "tier0" and Slurm's hooks run it through the real wrapper scripts.
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "tier0" {
+		root := &cobra.Command{Use: "tier0", SilenceUsage: true, SilenceErrors: true}
+		root.AddCommand(cli.Command(nil))
+		if err := root.Execute(); err != nil {
+			fmt.Fprintln(os.Stderr, "tier0:", err)
+			if ec, ok := err.(interface{ ExitCode() int }); ok {
+				os.Exit(ec.ExitCode())
+			}
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// FakeTier0d stands in for one node's tier0d: it serves GET
+// /v1/node/health with whatever the test sets, or 503 when the daemon is
+// "down". It only exists until the real tier0d can be run in this test.
+type FakeTier0d struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	body string
+	hits atomic.Int64
+}
+
+func newFakeTier0d(t *testing.T) *FakeTier0d {
+	f := &FakeTier0d{}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.hits.Add(1)
+		f.mu.Lock()
+		body := f.body
+		f.mu.Unlock()
+		if r.URL.Path != "/v1/node/health" {
+			http.NotFound(w, r)
+			return
+		}
+		if body == "" {
+			http.Error(w, "daemon down", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *FakeTier0d) set(body string) {
+	f.mu.Lock()
+	f.body = body
+	f.mu.Unlock()
+}
+
+// healthJSON is a report for node in the daemon's exact format.
+func healthJSON(node string, o healthOpts) string {
+	arrays := []string{}
+	for _, a := range []string{"a", "b", "c", "d", "e"} {
+		usable := a != o.noPath
+		arrays = append(arrays, fmt.Sprintf(`{"name":%q,"state":"optimal","owner":%q,"path_usable":%v}`, a, strings.ToUpper(a), usable))
+	}
+	return fmt.Sprintf(`{"node":%q,"daemon":"ok","fenced":false,"lease":"held","drives_missing":[],"arrays":[%s],"rebuild_active":%v,"redundant":%v}`,
+		node, strings.Join(arrays, ","), o.rebuilding, !o.rebuilding)
+}
+
+type healthOpts struct {
+	rebuilding bool
+	noPath     string
+}
+
+type cluster struct {
+	t       *testing.T
+	dir     string
+	conf    string
+	sc      *slurm.Client
+	daemons map[string]*FakeTier0d // by Slurm node name
+	procs   []*exec.Cmd
+	jobLog  string
+	hookLog string
+	sys     string
+}
+
+var tier0Names = map[string]string{"node1": "A", "node2": "B", "node3": "C", "node4": "D", "node5": "E"}
+
+func need(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Slurm cluster; skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: slurmd, slurmctld and munged run as root/munge (run as root, e.g. make test in CI)")
+	}
+	for _, b := range []string{"/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/scontrol", "/usr/bin/sbatch", "/usr/sbin/munged", "/usr/bin/setpriv"} {
+		if _, err := os.Stat(b); err != nil {
+			t.Skipf("%s missing: install slurmctld slurmd slurm-client munge (scripts/install-deps.sh, scripts/deps.d/slurm.sh)", b)
+		}
+	}
+}
+
+func freePorts() (ctld, first int, err error) {
+	for k := 0; k < 20; k++ {
+		ctld, first = 16817+100*k, 17001+100*k
+		ok := true
+		for _, p := range []int{ctld, ctld + 1, first, first + 1, first + 2, first + 3, first + 4} {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return ctld, first, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("no free port range found (tried 16817/17001 + k*100, k<20)")
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tier0-slurmtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	// munged insists that every directory above its socket is reachable.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir, conf: filepath.Join(dir, "slurm.conf"), daemons: map[string]*FakeTier0d{},
+		jobLog: filepath.Join(dir, "log", "jobs.log"), hookLog: filepath.Join(dir, "log", "hooks.log"), sys: filepath.Join(dir, "sys")}
+	for _, d := range []string{"munge", "state", "log", "bin", "sys/nvme0n1/device"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.write("sys/nvme0n1/device/subsysnqn", "nqn.2026-11.io.tier0:array-a\n", 0o644)
+	c.write("sys/nvme0n1/stat", "0 0 0 0 0 0 0 0 0 0 0\n", 0o644)
+
+	// Our own munged with its own key and socket: nothing outside dir.
+	key := make([]byte, 128)
+	if f, err := os.Open("/dev/urandom"); err == nil {
+		_, _ = f.Read(key)
+		f.Close()
+	}
+	c.write("munge/key", string(key), 0o400)
+	out, err := exec.Command("chown", "-R", "munge:munge", filepath.Join(dir, "munge")).CombinedOutput()
+	if err != nil {
+		t.Skipf("no munge user to own the munge directory (%v: %s); is the munge package installed?", err, out)
+	}
+	sock := filepath.Join(dir, "munge", "sock")
+	c.start("munged", "/usr/bin/setpriv", "--reuid=munge", "--regid=munge", "--init-groups", "/usr/sbin/munged", "-F",
+		"-S", sock, "--key-file="+filepath.Join(dir, "munge", "key"), "--pid-file="+filepath.Join(dir, "munge", "pid"),
+		"--seed-file="+filepath.Join(dir, "munge", "seed"), "--log-file="+filepath.Join(dir, "munge", "log"))
+	c.waitFor("munged socket", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
+
+	// The tier0 CLI is this test binary, run through the real wrapper scripts.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier0 := filepath.Join(dir, "bin", "tier0")
+	if err := os.Symlink(self, tier0); err != nil {
+		t.Fatal(err)
+	}
+	hooksConf := filepath.Join(dir, "tier0-slurm.yaml")
+	for _, h := range []string{"prolog", "epilog", "healthcheck"} {
+		b, err := os.ReadFile(filepath.Join("..", "scripts", "tier0-"+h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.Replace(string(b), "TIER0=/usr/local/bin/tier0", "TIER0="+tier0, 1)
+		s = strings.Replace(s, "CONFIG=/etc/tier0/slurm.yaml", "CONFIG="+hooksConf, 1)
+		if !strings.Contains(s, tier0) || !strings.Contains(s, hooksConf) {
+			t.Fatalf("scripts/tier0-%s lost its TIER0= or CONFIG= line", h)
+		}
+		c.write("bin/tier0-"+h, s, 0o755)
+	}
+
+	var nodesYAML strings.Builder
+	for i := 1; i <= 5; i++ {
+		n := "node" + strconv.Itoa(i)
+		d := newFakeTier0d(t)
+		d.set(healthJSON(tier0Names[n], healthOpts{}))
+		c.daemons[n] = d
+		fmt.Fprintf(&nodesYAML, "  %s: {tier0: %s, api: %q}\n", n, tier0Names[n], d.srv.URL)
+	}
+	c.write("tier0-slurm.yaml", fmt.Sprintf(`scontrol: /usr/bin/scontrol
+slurm_conf: %s
+scontrol_timeout: 5s
+http_timeout: 2s
+state_dir: %s/hookstate
+job_log: %s
+hook_log: %s
+metrics_dir: %s/metrics
+sys_block: %s
+nodes:
+%s`, c.conf, dir, c.jobLog, c.hookLog, dir, c.sys, nodesYAML.String()), 0o644)
+
+	ctld, first, err := freePorts()
+	if err != nil {
+		t.Skip(err)
+	}
+	c.write("slurm.conf", fmt.Sprintf(`ClusterName=tier0test
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=%d
+SlurmdPort=%d
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=%[3]s
+CredType=cred/munge
+StateSaveLocation=%[4]s/state
+SlurmdSpoolDir=%[4]s/spool/%%n
+SlurmctldPidFile=%[4]s/slurmctld.pid
+SlurmdPidFile=%[4]s/slurmd-%%n.pid
+SlurmctldLogFile=%[4]s/log/slurmctld.log
+SlurmdLogFile=%[4]s/log/slurmd-%%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+ReturnToService=1
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
+Prolog=%[4]s/bin/tier0-prolog
+Epilog=%[4]s/bin/tier0-epilog
+PrologFlags=Alloc
+HealthCheckProgram=%[4]s/bin/tier0-healthcheck
+HealthCheckInterval=2
+HealthCheckNodeState=ANY
+NodeName=node[1-5] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[%[2]d-%[5]d] CPUs=1 RealMemory=1000
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+`, ctld, first, sock, dir, first+4), 0o644)
+
+	c.sc = slurm.New(slurm.Options{Conf: c.conf, Timeout: 5 * time.Second, Attempts: 2, Backoff: 200 * time.Millisecond})
+	t.Cleanup(c.stop)
+	c.start("slurmctld", "/usr/sbin/slurmctld", "-D")
+	for i := 1; i <= 5; i++ {
+		n := "node" + strconv.Itoa(i)
+		if err := os.MkdirAll(filepath.Join(dir, "spool", n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c.start("slurmd-"+n, "/usr/sbin/slurmd", "-D", "-N", n)
+	}
+	c.waitFor("five idle nodes", 30*time.Second, func() bool {
+		nodes, err := c.sc.ShowNodes(context.Background())
+		if err != nil || len(nodes) != 5 {
+			return false
+		}
+		for _, n := range nodes {
+			if n.Base != "IDLE" || n.Unavailable() || n.HasFlag("NOT_RESPONDING") {
+				return false
+			}
+		}
+		return true
+	})
+	return c
+}
+
+func (c *cluster) write(rel, content string, mode os.FileMode) {
+	c.t.Helper()
+	p := filepath.Join(c.dir, rel)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) start(name string, argv ...string) {
+	c.t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+c.conf)
+	out, err := os.Create(filepath.Join(c.dir, "log", name+".out"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("starting %s: %v", name, err)
+	}
+	out.Close()
+	c.procs = append(c.procs, cmd)
+}
+
+// stop shuts Slurm down with scontrol, then ends what is left by PID.
+func (c *cluster) stop() {
+	if c.t.Failed() {
+		for _, f := range []string{"log/slurmctld.log", "log/hooks.log", "log/slurmd-node2.log", "log/slurmd-node3.log"} {
+			b, _ := os.ReadFile(filepath.Join(c.dir, f))
+			if len(b) > 3000 {
+				b = b[len(b)-3000:]
+			}
+			c.t.Logf("--- tail of %s:\n%s", f, b)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sd := exec.CommandContext(ctx, "/usr/bin/scontrol", "shutdown")
+	sd.Env = append(os.Environ(), "SLURM_CONF="+c.conf)
+	if out, err := sd.CombinedOutput(); err != nil {
+		c.t.Logf("scontrol shutdown: %v: %s (stopping by PID)", err, out)
+	}
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		if strings.HasSuffix(p.Path, "setpriv") {
+			_ = p.Process.Signal(syscall.SIGTERM) // munged
+		}
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}
+}
+
+func (c *cluster) waitFor(what string, d time.Duration, ok func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *cluster) node(name string) slurm.Node {
+	c.t.Helper()
+	n, err := c.sc.ShowNode(context.Background(), name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+// healthChecksPass waits until node's HealthCheckProgram has asked its
+// daemon at least n more times, so that a "nothing changed" check is not
+// vacuous.
+func (c *cluster) healthChecksPass(node string, n int64) {
+	c.t.Helper()
+	start := c.daemons[node].hits.Load()
+	c.waitFor(fmt.Sprintf("%d health checks on %s", n, node), 20*time.Second, func() bool {
+		return c.daemons[node].hits.Load() >= start+n
+	})
+}
+
+func (c *cluster) slurmCmd(args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+c.conf)
+	cmd.Dir = c.dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		c.t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out.String())
+	}
+	return strings.TrimSpace(out.String())
+}
+
+func (c *cluster) sbatch(args ...string) string {
+	c.t.Helper()
+	out := c.slurmCmd(append([]string{"/usr/bin/sbatch", "--parsable", "-o", "/dev/null"}, args...)...)
+	return strings.TrimSpace(strings.Split(out, ";")[0])
+}
+
+func (c *cluster) job(id string) string {
+	c.t.Helper()
+	return c.slurmCmd("/usr/bin/scontrol", "show", "job", "-o", id)
+}
+
+func TestSlurmHooksOnRealCluster(t *testing.T) {
+	need(t)
+	began := time.Now()
+	c := startCluster(t)
+	t.Logf("cluster up in %v", time.Since(began).Round(time.Millisecond))
+	ctx := context.Background()
+
+	// An administrator drains node5 (E) and its daemon dies: tier0 must
+	// neither take over the drain nor, later, undo it.
+	const adminReason = "admin: replace E3"
+	if err := c.sc.Drain(ctx, "node5", adminReason); err != nil {
+		t.Fatal(err)
+	}
+	c.daemons["node5"].set("")
+
+	// 1. Health bad on B: the health check drains node2 with a tier0 reason.
+	c.daemons["node2"].set("")
+	c.waitFor("node2 drained by tier0", 20*time.Second, func() bool {
+		n := c.node("node2")
+		return n.Drained() && n.Reason == "tier0: daemon down"
+	})
+	t.Logf("B down -> node2 drained %q after %v", c.node("node2").Reason, time.Since(began).Round(time.Millisecond))
+
+	// 2. Health back but rebuilding, not redundant: node2 stays drained.
+	c.daemons["node2"].set(healthJSON("B", healthOpts{rebuilding: true}))
+	c.healthChecksPass("node2", 2)
+	if n := c.node("node2"); !n.Drained() || n.Reason != "tier0: daemon down" {
+		t.Fatalf("node2 while rebuilding: state %s reason %q, want still drained by tier0", n.State, n.Reason)
+	}
+
+	// 3. Redundant again: node2 is resumed.
+	c.daemons["node2"].set(healthJSON("B", healthOpts{}))
+	c.waitFor("node2 resumed", 20*time.Second, func() bool { return !c.node("node2").Unavailable() })
+	t.Logf("B redundant -> node2 resumed after %v", time.Since(began).Round(time.Millisecond))
+
+	// 4. A job on a healthy node: the Prolog lets it run, the Epilog
+	// records the I/O it did on the (fake) tier0 namespace.
+	stat := filepath.Join(c.sys, "nvme0n1", "stat")
+	okJob := c.sbatch("-w", "node1", "--comment", "tier0-arrays=a,b",
+		"--wrap", fmt.Sprintf("echo '10 0 2048 0 4 0 8192 0 0 0 0' > %s", stat))
+	c.waitFor("job "+okJob+" recorded by the epilog", 30*time.Second, func() bool {
+		b, _ := os.ReadFile(c.jobLog)
+		return strings.Contains(string(b), `"job_id":"`+okJob+`"`)
+	})
+	logText, _ := os.ReadFile(c.jobLog)
+	if want := fmt.Sprintf(`"node":"node1","tier0_node":"A","job_id":"%s","user":"root","seconds":`, okJob); !strings.Contains(string(logText), want) ||
+		!strings.Contains(string(logText), `"read_bytes":1048576,"write_bytes":4194304,"read_ios":10,"write_ios":4`) {
+		t.Errorf("job log %s, want job %s on node1 with 1 MiB read, 4 MiB written", logText, okJob)
+	}
+	// COMPLETING while the Epilog finishes, then COMPLETED.
+	c.waitFor("job "+okJob+" COMPLETED", 20*time.Second, func() bool {
+		return strings.Contains(c.job(okJob), "JobState=COMPLETED")
+	})
+
+	// 5. A job whose Prolog finds no storage: array c has no usable path
+	// from node3 (C). The job is requeued and node3 drained with the reason.
+	c.daemons["node3"].set(healthJSON("C", healthOpts{noPath: "c"}))
+	badJob := c.sbatch("-w", "node3", "--comment", "tier0-arrays=c", "--wrap", "true")
+	wantReason := "tier0: prolog job " + badJob + ": array c has no usable path from this node"
+	c.waitFor("job "+badJob+" requeued held", 30*time.Second, func() bool {
+		j := c.job(badJob)
+		return strings.Contains(j, "JobState=PENDING") && strings.Contains(j, "Restarts=1")
+	})
+	if n := c.node("node3"); !n.Drained() || n.Reason != wantReason {
+		t.Fatalf("node3 after the prolog refused: state %s reason %q, want drained with %q", n.State, n.Reason, wantReason)
+	}
+	t.Logf("prolog refused job %s: %s", badJob, c.job(badJob)[:60])
+	// Storage back: the health check resumes node3, since the drain is tier0's.
+	c.daemons["node3"].set(healthJSON("C", healthOpts{}))
+	c.waitFor("node3 resumed", 20*time.Second, func() bool { return !c.node("node3").Unavailable() })
+
+	// 6. The administrator's drain on node5 survived all of it, while E's
+	// daemon was down and after it came back.
+	c.daemons["node5"].set(healthJSON("E", healthOpts{}))
+	c.healthChecksPass("node5", 2)
+	if n := c.node("node5"); !n.Drained() || n.Reason != adminReason {
+		t.Fatalf("node5: state %s reason %q, want the administrator's drain %q untouched", n.State, n.Reason, adminReason)
+	}
+	t.Logf("whole scenario took %v", time.Since(began).Round(time.Millisecond))
+}
