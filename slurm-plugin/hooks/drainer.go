@@ -78,7 +78,7 @@ type Policy struct {
 // Config configures a Drainer.
 type Config struct {
 	// Slurm runs the scontrol commands. Required.
-	Slurm Scontrol
+	Slurm  Scontrol
 	Policy Policy
 	// Redundant reports whether a node and its arrays are redundant again
 	// (healthy daemon, no rebuild running, every array redundant).

@@ -22,8 +22,8 @@ func TestParseShowNodeReal(t *testing.T) {
 	}
 	type want struct {
 		name, base, reason, user string
-		drained, ours             bool
-		flags                     string
+		drained, ours            bool
+		flags                    string
 	}
 	wants := []want{
 		{"node1", "IDLE", "", "", false, false, ""},
