@@ -24,7 +24,9 @@ const (
 // Row is one line of the side-by-side comparison with the seed.
 type Row struct {
 	Metric string
-	Kind   Kind
+	// Group is "efficiency", "retention", "latency" or "time".
+	Group string
+	Kind  Kind
 	// Tier0 is this run's value; NaN when it could not be computed, and
 	// then Missing says why.
 	Tier0   float64
@@ -130,7 +132,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 			fmt.Sprintf("%.1f%% (file system ÷ raw block)", 100*h.SeqWriteGiBs.FilesystemOverRawBlk)},
 	} {
 		v, why := ratio(res, bench.LayerFrontend, bench.Healthy, bench.LayerBlock, bench.Healthy, x.sc, false)
-		add(Row{Metric: x.metric, Kind: Ratio, Tier0: v, Missing: why, Seed: x.seed, SeedText: x.seedText,
+		add(Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Tier0: v, Missing: why, Seed: x.seed, SeedText: x.seedText,
 			Basis: "frontend ÷ block, healthy, " + x.sc})
 	}
 	for _, x := range []struct{ metric, sc string }{
@@ -138,7 +140,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 		{"Block layer ÷ raw drives, sequential write", bench.ScenarioSeqWrite1M},
 	} {
 		v, why := ratio(res, bench.LayerBlock, bench.Healthy, bench.LayerRaw, bench.Healthy, x.sc, false)
-		add(Row{Metric: x.metric, Kind: Ratio, Tier0: v, Missing: why, Seed: nan, SeedText: "not published",
+		add(Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Tier0: v, Missing: why, Seed: nan, SeedText: "not published",
 			Basis: "block ÷ raw, healthy, " + x.sc})
 	}
 	for _, x := range []struct {
@@ -153,7 +155,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 	} {
 		l := served(res, x.sc, bench.Healthy, bench.Degraded)
 		v, why := ratio(res, l, bench.Degraded, l, bench.Healthy, x.sc, x.iops)
-		add(Row{Metric: x.metric, Kind: Ratio, Tier0: v, Missing: why, Seed: x.seed,
+		add(Row{Metric: x.metric, Group: "retention", Kind: Ratio, Tier0: v, Missing: why, Seed: x.seed,
 			SeedText: fmt.Sprintf("≈%.0f%%", 100*x.seed), Basis: fmt.Sprintf("%s degraded ÷ healthy, %s", l, x.sc)})
 	}
 	seqLo, seqHi := lost.SequentialLatencyIncrease[0], lost.SequentialLatencyIncrease[1]
@@ -168,11 +170,11 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 		{"Mean latency change, sequential write", bench.ScenarioSeqWrite1M, (seqLo + seqHi) / 2, fmt.Sprintf("+%.0f–%.0f%%", 100*seqLo, 100*seqHi)},
 	} {
 		v, why, l := latChange(res, x.sc)
-		add(Row{Metric: x.metric, Kind: Change, Tier0: v, Missing: why, Seed: x.seed, SeedText: x.seedText,
+		add(Row{Metric: x.metric, Group: "latency", Kind: Change, Tier0: v, Missing: why, Seed: x.seed, SeedText: x.seedText,
 			Basis: fmt.Sprintf("%s degraded ÷ healthy − 1, %s", l, x.sc)})
 	}
 
-	fo := Row{Metric: "Failover time", Kind: Seconds, Tier0: nan, Seed: nan,
+	fo := Row{Metric: "Failover time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan,
 		SeedText: "not published (outstanding I/O completed after a temporary latency increase)",
 		Basis:    "node killed → first I/O completed on the moved array"}
 	if f := res.Failover; f == nil {
@@ -184,7 +186,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 	}
 	add(fo)
 
-	rb := Row{Metric: "Rebuild time", Kind: Seconds, Tier0: nan, Seed: nan, SeedText: lost.RebuildAfterRestore,
+	rb := Row{Metric: "Rebuild time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan, SeedText: lost.RebuildAfterRestore,
 		Basis: "longest array rebuild, start → end"}
 	switch {
 	case len(res.Rebuilds) == 0:

@@ -124,7 +124,7 @@ func retentionFigure(rows []Row) (Figure, error) {
 	var healthy, degraded, seed []float64
 	have := false
 	for _, r := range rows {
-		if r.Kind != Ratio || r.Metric[:min(len(r.Metric), 8)] != "Retained" {
+		if r.Group != "retention" {
 			continue
 		}
 		labels = append(labels, shortMetric(r.Metric))
@@ -155,7 +155,7 @@ func efficiencyFigure(rows []Row) (Figure, error) {
 	var t0, seed []float64
 	have := false
 	for _, r := range rows {
-		if r.Kind != Ratio || r.Metric[:min(len(r.Metric), 8)] == "Retained" {
+		if r.Group != "efficiency" {
 			continue
 		}
 		labels = append(labels, shortMetric(r.Metric))
