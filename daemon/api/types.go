@@ -1,0 +1,116 @@
+// Package api is the node daemon's HTTP/JSON management API: a server over
+// a Backend the daemon implements, a client for the tier0 CLI and other
+// tools, and the Prometheus metrics registry served at /metrics.
+//
+// Endpoints (JSON unless noted):
+//
+//	GET  /v1/status                 cluster view: nodes, arrays, lease
+//	GET  /v1/arrays                 every array
+//	GET  /v1/arrays/{name}          one array (404 if unknown)
+//	GET  /v1/events?after=REV&limit=N   failover/event log in write order
+//	GET  /v1/node/health            this node's health (Slurm's input)
+//	POST /v1/nodes/{node}/drain     move every array off node   [token]
+//	POST /v1/nodes/{node}/undrain   let node own arrays again   [token]
+//	POST /v1/drives/{id}/fail       mark a drive failed         [token]
+//	POST /v1/drives/{id}/replace    a failed drive was replaced [token]
+//	GET  /metrics                   Prometheus text format
+//
+// Calls marked [token] mutate state and need "Authorization: Bearer
+// TOKEN". Errors come back as {"error": "..."} with a status code that the
+// client maps back to this package's sentinels.
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"tier0/daemon/cluster"
+)
+
+// Sentinel errors. A Backend returns them (wrapped) to choose the status
+// code; the Client returns them (wrapped) from the status code it got.
+var (
+	// ErrNotFound (404): the named array, node or drive does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrBadRequest (400): the request is malformed or names a value that
+	// is not allowed.
+	ErrBadRequest = errors.New("bad request")
+	// ErrConflict (409): the request clashes with the current state (for
+	// example draining the last eligible node).
+	ErrConflict = errors.New("conflict")
+	// ErrUnauthorized (401): a mutating call without the right token.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrUnavailable (503): the daemon cannot answer now (store
+	// unreachable, not started).
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// Status is the cluster as one node sees it.
+type Status struct {
+	Node        string              `json:"node"` // the answering node
+	Time        time.Time           `json:"time"`
+	Coordinator string              `json:"coordinator,omitempty"`
+	Lease       string              `json:"lease"` // this node's: held, lost
+	Nodes       []cluster.NodeView  `json:"nodes"`
+	Arrays      []cluster.ArrayView `json:"arrays"`
+}
+
+// Array is one array's state (the failover machine's view).
+type Array = cluster.ArrayView
+
+// Event is one entry of the failover/event log.
+type Event struct {
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"`
+	Array    string    `json:"array,omitempty"`
+	Node     string    `json:"node,omitempty"`
+	From     string    `json:"from,omitempty"`
+	To       string    `json:"to,omitempty"`
+	Epoch    uint64    `json:"epoch,omitempty"`
+	Duration float64   `json:"duration_s,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Revision int64     `json:"revision"`
+}
+
+// NodeHealth is GET /v1/node/health, the shape Slurm's health check reads:
+//
+//	{"node":"B","daemon":"ok","fenced":false,"lease":"held","drives_missing":[],
+//	 "arrays":[{"name":"a","state":"optimal","owner":"A","path_usable":true}],
+//	 "rebuild_active":false,"redundant":true}
+type NodeHealth struct {
+	Node          string        `json:"node"`
+	Daemon        string        `json:"daemon"` // ok, starting, degraded
+	Fenced        bool          `json:"fenced"`
+	Lease         string        `json:"lease"` // held, lost
+	DrivesMissing []string      `json:"drives_missing"`
+	Arrays        []ArrayHealth `json:"arrays"`
+	RebuildActive bool          `json:"rebuild_active"`
+	Redundant     bool          `json:"redundant"`
+}
+
+// ArrayHealth is one array as seen from the reporting node.
+type ArrayHealth struct {
+	Name  string `json:"name"`
+	State string `json:"state"` // optimal, degraded, rebuilding, failed, offline
+	Owner string `json:"owner"`
+	// PathUsable: I/O to the array from this node has a usable path.
+	PathUsable bool `json:"path_usable"`
+}
+
+// Backend is what the server asks; the daemon implements it. Every method
+// may be called from many goroutines at once and must honour ctx. Errors
+// wrapping ErrNotFound, ErrBadRequest, ErrConflict or ErrUnavailable choose
+// the status code; anything else is a 500. Mutating methods return once the
+// request is recorded (in the store), not once the move is complete.
+type Backend interface {
+	Status(ctx context.Context) (Status, error)
+	Arrays(ctx context.Context) ([]Array, error)
+	Array(ctx context.Context, name string) (Array, error)
+	Events(ctx context.Context, after int64, limit int) ([]Event, error)
+	NodeHealth(ctx context.Context) (NodeHealth, error)
+	Drain(ctx context.Context, node string) error
+	Undrain(ctx context.Context, node string) error
+	FailDrive(ctx context.Context, drive string) error
+	ReplaceDrive(ctx context.Context, drive string) error
+}
