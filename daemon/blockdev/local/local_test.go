@@ -136,6 +136,18 @@ func TestFileRoundTrip(t *testing.T) {
 	roundTrip(t, d)
 }
 
+func TestEngines(t *testing.T) {
+	d := openFile(t, 4<<20, Options{})
+	if d.Engine() != "aio" {
+		t.Errorf("default engine %q, want aio", d.Engine())
+	}
+	s := openFile(t, 4<<20, Options{SyncIO: true})
+	if s.Engine() != "sync" {
+		t.Fatalf("SyncIO engine %q, want sync", s.Engine())
+	}
+	roundTrip(t, s)
+}
+
 func TestFile512(t *testing.T) {
 	d := openFile(t, 4<<20, Options{BlockSize: 512})
 	if d.BlockSize() != 512 {
