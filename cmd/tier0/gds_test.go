@@ -10,7 +10,15 @@ import (
 	"testing"
 
 	"tier0/gds"
+	"tier0/gds/cufile"
 )
+
+func needCgoGds(t *testing.T) {
+	t.Helper()
+	if !cufile.Built {
+		t.Skip("built without cgo: the validator has no cuFile bindings (its verdict is not-built)")
+	}
+}
 
 // runGdsCLI runs the tier0 command tree with args and returns stdout and
 // the process exit code main would use.
@@ -49,6 +57,7 @@ func TestGdsStatsJSON(t *testing.T) {
 }
 
 func TestGdsValidateExitCodes(t *testing.T) {
+	needCgoGds(t)
 	dir := t.TempDir()
 	t.Setenv(gds.EnvCUDALib, "/nonexistent/libcuda.so.1")
 	out, code := runGdsCLI(t, "gds", "validate", "--json=false", "--work-dir=", "--strict=false", "--file=", "--dir", dir, "--size", "1M", "--io-size", "64K")
@@ -64,6 +73,7 @@ func TestGdsValidateExitCodes(t *testing.T) {
 // A POSIX fallback seen through the stand-in cuFile must exit 1 with the
 // account on stdout.
 func TestGdsValidateProofFailedExit(t *testing.T) {
+	needCgoGds(t)
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		t.Skip("needs gcc to build the stand-in cuFile library")
