@@ -32,8 +32,9 @@ type slot struct {
 	done   chan struct{} // buffered 1: signalled once per command
 	start  atomic.Int64  // unix nanos when submitted, 0 when idle
 	hdr    [nvme.CapsuleCmdHLen + nvme.DigestLen]byte
-	rcvd   int  // bytes of C2HData received
-	active bool // guarded by queue.rmu
+	dd     [nvme.DigestLen]byte // in-capsule data digest
+	rcvd   int                  // bytes of C2HData received
+	active bool                 // guarded by queue.rmu
 }
 
 // queue is one NVMe/TCP connection: the admin queue (qid 0) or an I/O
@@ -52,7 +53,8 @@ type queue struct {
 	wmu     sync.Mutex
 	bw      *bufio.Writer
 	pending atomic.Int32
-	scratch []byte // H2CData header scratch, guarded by wmu
+	scratch []byte               // H2CData header scratch, guarded by wmu
+	h2cdd   [nvme.DigestLen]byte // H2CData digest scratch, guarded by wmu
 
 	br    *bufio.Reader
 	rmu   sync.Mutex
@@ -193,9 +195,8 @@ func (q *queue) submit(c *cmd) (nvme.CQE, error) {
 		sqe.DPTR = nvme.SGL{Type: nvme.SGLTypeTransport}
 	}
 	hdr := nvme.AppendCapsuleCmd(s.hdr[:0], &sqe, inline, q.digest)
-	var dd [4]byte
 	if inline > 0 && q.digest&nvme.DigestData != 0 {
-		binary.LittleEndian.PutUint32(dd[:], nvme.CRC32C(c.wdata))
+		binary.LittleEndian.PutUint32(s.dd[:], nvme.CRC32C(c.wdata))
 	}
 
 	q.rmu.Lock()
@@ -214,7 +215,7 @@ func (q *queue) submit(c *cmd) (nvme.CQE, error) {
 	if err == nil && inline > 0 {
 		_, err = q.bw.Write(c.wdata)
 		if err == nil && q.digest&nvme.DigestData != 0 {
-			_, err = q.bw.Write(dd[:])
+			_, err = q.bw.Write(s.dd[:])
 		}
 	}
 	if q.pending.Add(-1) == 0 && err == nil {
@@ -388,7 +389,7 @@ func (q *queue) sendH2C(s *slot, r nvme.R2T) error {
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
 	off := uint64(r.Offset)
-	var dd [nvme.DigestLen]byte
+	dd := q.h2cdd[:]
 	for off < end {
 		n := end - off
 		if n > uint64(q.maxH2C) {
@@ -407,8 +408,8 @@ func (q *queue) sendH2C(s *slot, r nvme.R2T) error {
 			return err
 		}
 		if q.digest&nvme.DigestData != 0 {
-			binary.LittleEndian.PutUint32(dd[:], nvme.CRC32C(data))
-			if _, err := q.bw.Write(dd[:]); err != nil {
+			binary.LittleEndian.PutUint32(dd, nvme.CRC32C(data))
+			if _, err := q.bw.Write(dd); err != nil {
 				return err
 			}
 		}
