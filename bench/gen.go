@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -252,21 +253,24 @@ func (s *series) get(i int) *seriesBucket {
 }
 
 type targetState struct {
-	t          Target
-	region     int64
-	dev        uint64
-	bs         int
-	claimed    atomic.Int64
-	ops, bytes atomic.Int64
-	errors     atomic.Int64
-	lat        *Histogram
-	lastOK     atomic.Int64 // ns since start of the latest successful completion, -1 none
-	firstOK    atomic.Int64
-	mu         sync.Mutex
-	firstErr   *ErrorRecord
-	stall      Stall                                         // guarded by mu
-	stallNs    atomic.Int64                                  // stall.Duration, for the lock-free check
-	marks      [MaxMarks]struct{ done, issued atomic.Int64 } // ns since start, -1 none
+	t       Target
+	region  int64
+	dev     uint64
+	bs      int
+	claimed atomic.Int64
+	// Counters and histograms are per target so that targets do not
+	// share cache lines; finish adds them up.
+	rops, wops     atomic.Int64
+	rbytes, wbytes atomic.Int64
+	errors         atomic.Int64
+	rlat, wlat     *Histogram
+	lastOK         atomic.Int64 // ns since start of the latest successful completion, -1 none
+	firstOK        atomic.Int64
+	mu             sync.Mutex
+	firstErr       *ErrorRecord
+	stall          Stall                                         // guarded by mu
+	stallNs        atomic.Int64                                  // stall.Duration, for the lock-free check
+	marks          [MaxMarks]struct{ done, issued atomic.Int64 } // ns since start, -1 none
 }
 
 type run struct {
@@ -276,14 +280,7 @@ type run struct {
 	stop      atomic.Bool
 	errOnce   sync.Once
 	err       error
-	lat       *Histogram
-	rlat      *Histogram
-	wlat      *Histogram
 	ser       series
-	rops      atomic.Int64
-	wops      atomic.Int64
-	rbytes    atomic.Int64
-	wbytes    atomic.Int64
 	firstMu   sync.Mutex
 	firstErr  *ErrorRecord
 	lastIndex atomic.Int64
@@ -428,14 +425,14 @@ func Start(ctx context.Context, cfg Config, targets []Target) (*Handle, error) {
 		now = time.Now
 	}
 	log := cfg.logger()
-	r := &run{cfg: cfg, now: now, lat: NewHistogram(), rlat: NewHistogram(), wlat: NewHistogram()}
+	r := &run{cfg: cfg, now: now}
 	ts := make([]*targetState, len(targets))
 	for i, t := range targets {
 		l := t.Length
 		if l == 0 {
 			l = (t.Dev.Size() - t.Offset) / regionAlign * regionAlign
 		}
-		st := &targetState{t: t, region: l, dev: DeviceHash(t.ID), bs: t.Dev.BlockSize(), lat: NewHistogram()}
+		st := &targetState{t: t, region: l, dev: DeviceHash(t.ID), bs: t.Dev.BlockSize(), rlat: NewHistogram(), wlat: NewHistogram()}
 		st.lastOK.Store(-1)
 		st.firstOK.Store(-1)
 		for m := range st.marks {
@@ -464,8 +461,18 @@ func Start(ctx context.Context, cfg Config, targets []Target) (*Handle, error) {
 			}()
 		}
 	}
+	workersDone := make(chan struct{})
+	go func() {
+		// Workers poll only r.stop: cheaper than ctx.Err on every I/O.
+		select {
+		case <-ctx.Done():
+			r.stop.Store(true)
+		case <-workersDone:
+		}
+	}()
 	go func() {
 		wg.Wait()
+		close(workersDone)
 		h.finish()
 		close(h.done)
 	}()
@@ -504,13 +511,9 @@ func (h *Handle) finish() {
 	elapsed := r.now().Sub(r.start)
 	res := &Result{
 		Config: cfg, Start: r.start, Elapsed: elapsed,
-		ReadOps: r.rops.Load(), WriteOps: r.wops.Load(),
-		ReadBytes: r.rbytes.Load(), WriteBytes: r.wbytes.Load(),
-		Latency: r.lat, ReadLatency: r.rlat, WriteLatency: r.wlat,
+		Latency: NewHistogram(), ReadLatency: NewHistogram(), WriteLatency: NewHistogram(),
 		FirstError: r.firstErr,
 	}
-	res.Ops = res.ReadOps + res.WriteOps
-	res.Bytes = res.ReadBytes + res.WriteBytes
 	at := func(ns int64) time.Time {
 		if ns < 0 {
 			return time.Time{}
@@ -519,10 +522,19 @@ func (h *Handle) finish() {
 	}
 	for i, st := range ts {
 		tr := TargetResult{
-			ID: st.t.ID, Ops: st.ops.Load(), Bytes: st.bytes.Load(), Errors: st.errors.Load(),
-			Latency: st.lat, FirstError: st.firstErr, LongestStall: st.stall,
+			ID: st.t.ID, Ops: st.rops.Load() + st.wops.Load(), Bytes: st.rbytes.Load() + st.wbytes.Load(), Errors: st.errors.Load(),
+			Latency: NewHistogram(), FirstError: st.firstErr, LongestStall: st.stall,
 			FirstOK: at(st.firstOK.Load()),
 		}
+		tr.Latency.Merge(st.rlat)
+		tr.Latency.Merge(st.wlat)
+		res.Latency.Merge(tr.Latency)
+		res.ReadLatency.Merge(st.rlat)
+		res.WriteLatency.Merge(st.wlat)
+		res.ReadOps += st.rops.Load()
+		res.WriteOps += st.wops.Load()
+		res.ReadBytes += st.rbytes.Load()
+		res.WriteBytes += st.wbytes.Load()
 		for _, c := range h.counts[i] {
 			tr.Verify.add(c)
 		}
@@ -530,6 +542,8 @@ func (h *Handle) finish() {
 		res.Errors += tr.Errors
 		res.Targets = append(res.Targets, tr)
 	}
+	res.Ops = res.ReadOps + res.WriteOps
+	res.Bytes = res.ReadBytes + res.WriteBytes
 	h.markMu.Lock()
 	for m, label := range h.labels {
 		mr := MarkResult{Label: label, At: at(r.markAt[m].Load())}
@@ -563,6 +577,8 @@ type worker struct {
 	qd     int64
 	passes int64
 	ios    int64 // I/Os issued (random patterns' pass accounting)
+	// lastIdx is the newest series bucket this worker has published.
+	lastIdx int
 }
 
 func alignedBuf(n int) []byte {
@@ -580,6 +596,13 @@ func newWorker(r *run, st *targetState, ti, w int, vc *VerifyCounts) *worker {
 	wk := &worker{r: r, st: st, w: w, vc: vc, qd: qd,
 		rng: rand.New(rand.NewPCG(cfg.Seed^uint64(ti)<<32, uint64(w)+1)),
 		buf: alignedBuf(cfg.IOSize)}
+	if (cfg.Pattern == SeqWrite || cfg.Pattern == RandWrite || cfg.Pattern == Mixed) && !cfg.Verify {
+		// Incompressible, non-zero data, so that no layer can shortcut
+		// the writes (zero detection, compression, dedupe).
+		for i := 0; i+8 <= len(wk.buf); i += 8 {
+			binary.LittleEndian.PutUint64(wk.buf[i:], wk.rng.Uint64())
+		}
+	}
 	if cfg.Pattern.sequential() {
 		per := st.region / regionAlign / qd * regionAlign
 		wk.lo = int64(w) * per
@@ -638,7 +661,7 @@ func (wk *worker) next() (off int64, n int, write bool, ok bool) {
 
 func (wk *worker) loop(ctx context.Context) {
 	r, st, cfg := wk.r, wk.st, &wk.r.cfg
-	for !r.stop.Load() && ctx.Err() == nil {
+	for !r.stop.Load() {
 		t0 := r.now()
 		if cfg.Duration > 0 && t0.Sub(r.start) >= cfg.Duration {
 			return
@@ -670,10 +693,13 @@ func (wk *worker) loop(ctx context.Context) {
 		if idx < 0 {
 			idx = 0
 		}
-		for {
-			l := r.lastIndex.Load()
-			if int64(idx) <= l || r.lastIndex.CompareAndSwap(l, int64(idx)) {
-				break
+		if idx > wk.lastIdx {
+			wk.lastIdx = idx
+			for {
+				l := r.lastIndex.Load()
+				if int64(idx) <= l || r.lastIndex.CompareAndSwap(l, int64(idx)) {
+					break
+				}
 			}
 		}
 		b := r.ser.get(idx)
@@ -693,21 +719,17 @@ func (wk *worker) loop(ctx context.Context) {
 			continue
 		}
 		lat := t1.Sub(t0)
-		r.lat.Record(lat)
-		st.lat.Record(lat)
 		b.lat.Record(lat)
 		b.ops.Add(1)
 		b.bytes.Add(int64(n))
-		st.ops.Add(1)
-		st.bytes.Add(int64(n))
 		if write {
-			r.wlat.Record(lat)
-			r.wops.Add(1)
-			r.wbytes.Add(int64(n))
+			st.wlat.Record(lat)
+			st.wops.Add(1)
+			st.wbytes.Add(int64(n))
 		} else {
-			r.rlat.Record(lat)
-			r.rops.Add(1)
-			r.rbytes.Add(int64(n))
+			st.rlat.Record(lat)
+			st.rops.Add(1)
+			st.rbytes.Add(int64(n))
 		}
 		nowNs := int64(since)
 		if nm := int(r.nmarks.Load()); nm > 0 {
