@@ -19,7 +19,9 @@ type LogLine struct {
 // LogScan is what a cufile.log says about the data path.
 type LogScan struct {
 	Lines int `json:"lines"`
-	// Compat: lines saying I/O went (or will go) through POSIX compat mode.
+	// Compat: NOTICE/WARN/ERROR lines saying I/O went (or will go) through
+	// POSIX compat mode. INFO and DEBUG lines are left out: at those levels
+	// cuFile echoes its configuration (allow_compat_mode and the like).
 	Compat []LogLine `json:"compat,omitempty"`
 	// Errors: ERROR lines (driver not loaded, cuInit failed, libcuda
 	// missing...).
@@ -52,7 +54,7 @@ func ScanCufileLog(r io.Reader, pid int) (LogScan, error) {
 		switch {
 		case strings.Contains(msg, "gds path taken") || strings.Contains(msg, "nvfs_io_submit"):
 			out.DirectPath++
-		case isCompatMessage(msg):
+		case l.Level != "INFO" && l.Level != "DEBUG" && l.Level != "TRACE" && isCompatMessage(msg):
 			out.Compat = append(out.Compat, l)
 		case l.Level == "ERROR":
 			out.Errors = append(out.Errors, l)
@@ -64,7 +66,6 @@ func ScanCufileLog(r io.Reader, pid int) (LogScan, error) {
 func isCompatMessage(msg string) bool {
 	return strings.Contains(msg, "compat mode") ||
 		strings.Contains(msg, "compatible mode") ||
-		strings.Contains(msg, "compat_mode") ||
 		strings.Contains(msg, "posix read/write") ||
 		strings.Contains(msg, "posix fallback")
 }

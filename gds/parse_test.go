@@ -243,3 +243,16 @@ func FuzzParsers(f *testing.F) {
 		ScanCufileLog(strings.NewReader(string(b)), 0)
 	})
 }
+
+func TestScanCufileLogIgnoresConfigEcho(t *testing.T) {
+	in := " 29-11-2026 18:00:00:000 [pid=7 tid=7] INFO  cufio-cfg:1 properties.allow_compat_mode : true (compat mode allowed)\n" +
+		" 29-11-2026 18:00:00:000 [pid=7 tid=7] DEBUG  cufio:1 compat mode check skipped\n" +
+		" 29-11-2026 18:00:00:000 [pid=7 tid=7] WARN  cufio:2 falling back to compat mode for fd 5\n"
+	s, err := ScanCufileLog(strings.NewReader(in), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Compat) != 1 || s.Compat[0].Level != "WARN" {
+		t.Errorf("compat = %+v, want only the WARN line", s.Compat)
+	}
+}
