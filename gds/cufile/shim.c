@@ -2,6 +2,7 @@
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +228,10 @@ typedef struct {
 	t0_pergpu per_gpu[16];
 	char spare[4096];
 } t0_stats_l3;
+
+_Static_assert(sizeof(t0_stats_l1) == 512, "CUfileStatsLevel1_t is 64 counters");
+_Static_assert(sizeof(t0_pergpu) == 248, "CUfilePerGpuStats_t is a 16-byte uuid and 29 counters");
+_Static_assert(offsetof(t0_stats_l3, num_gpus) == 1024, "CUfileStatsLevel3_t.num_gpus follows Level2");
 
 typedef t0_cferr (*cf_void_fn)(void);
 typedef t0_cferr (*cf_props_fn)(void *);
