@@ -30,6 +30,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"tier0/slurm-plugin/cli"
+	"tier0/slurm-plugin/health"
+	"tier0/slurm-plugin/hooks"
 	"tier0/slurm-plugin/slurm"
 )
 
@@ -482,10 +484,47 @@ func TestSlurmHooksOnRealCluster(t *testing.T) {
 	c.daemons["node3"].set(healthJSON("C", healthOpts{}))
 	c.waitFor("node3 resumed", 20*time.Second, func() bool { return !c.node("node3").Unavailable() })
 
-	// 6. The administrator's drain on node5 survived all of it, while E's
+	// 6. The daemon-side Drainer against the real scontrol: the cluster
+	// declares D failed (its lease expired), D recovers, and the Drainer
+	// resumes node4 once D reports redundant.
+	c.daemons["node4"].set(strings.Replace(healthJSON("D", healthOpts{}), `"lease":"held"`, `"lease":"expired"`, 1))
+	slurmName := func(n string) string { return "node" + strconv.Itoa(int(n[0]-'A'+1)) }
+	d := hooks.New(hooks.Config{
+		Slurm:     c.sc,
+		Policy:    hooks.Policy{ResumePoll: 200 * time.Millisecond},
+		SlurmName: slurmName,
+		Redundant: func(ctx context.Context, node string) (bool, error) {
+			r, err := health.Fetch(ctx, nil, c.daemons[slurmName(node)].srv.URL)
+			v, _ := health.Judge(r, err)
+			return v == health.Healthy, nil
+		},
+	})
+	defer d.Close()
+	d.DrainFailedNode("D", "lease expired")
+	if err := d.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.node("node4"); !n.Drained() || !slurm.IsTier0Reason(n.Reason) {
+		t.Fatalf("node4 after DrainFailedNode: state %s reason %q, want drained by tier0", n.State, n.Reason)
+	}
+	d.ResumeWhenRedundant("D")
+	c.daemons["node4"].set(healthJSON("D", healthOpts{}))
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := d.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("node4 resumed", 20*time.Second, func() bool { return !c.node("node4").Unavailable() })
+
+	// 7. The administrator's drain on node5 survived all of it, while E's
 	// daemon was down and after it came back.
 	c.daemons["node5"].set(healthJSON("E", healthOpts{}))
 	c.healthChecksPass("node5", 2)
+	d.DrainFailedNode("E", "daemon down")
+	d.ResumeWhenRedundant("E")
+	if err := d.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
 	if n := c.node("node5"); !n.Drained() || n.Reason != adminReason {
 		t.Fatalf("node5: state %s reason %q, want the administrator's drain %q untouched", n.State, n.Reason, adminReason)
 	}
