@@ -174,7 +174,7 @@ type CQE struct {
 }
 
 // DW0 returns the command-specific result dword 0.
-func (c *CQE) DW0() uint32 { return uint32(c.Result) }
+func (c CQE) DW0() uint32 { return uint32(c.Result) }
 
 // Append appends the 16-byte encoding of c to b.
 func (c *CQE) Append(b []byte) []byte {

@@ -1,0 +1,609 @@
+package target
+
+import (
+	"encoding/binary"
+	"net"
+	"slices"
+	"time"
+
+	"tier0/daemon/nvme"
+)
+
+// statusParked marks an Asynchronous Event Request that stays outstanding.
+const statusParked nvme.Status = 0xFFFF
+
+const (
+	nvmeVersion = 0x00010400 // NVMe 1.4: ANA, reservations as Linux expects
+	firmwareRev = "1.0"
+)
+
+// sendData makes b the data returned to the host with the response,
+// truncated to the length the host's SGL describes.
+func (r *request) sendData(b []byte) {
+	if r.buf != nil {
+		r.c.t.pools.put(r.buf)
+	}
+	r.buf = &buffer{b: b}
+	r.data = b
+	n := len(b)
+	if l := int(r.sqe.DPTR.Length); l < n {
+		n = l
+	}
+	r.sendLen = n
+}
+
+// execute runs one command and sends its response.
+func (t *Target) execute(r *request) {
+	c := r.c
+	s := &r.sqe
+	var st nvme.Status
+	switch {
+	case s.Opcode == nvme.AdminFabrics:
+		st = t.fabrics(r)
+	case !c.ctrl.enabled():
+		st = nvme.StatusCmdSeqError | nvme.StatusDNR
+	case c.qid == 0 && c.ctrl.sub.disc:
+		st = t.discoveryAdmin(r)
+	case c.qid == 0:
+		st = t.admin(r)
+	default:
+		st = t.io(r)
+	}
+	if st == statusParked {
+		return
+	}
+	c.complete(r, st)
+}
+
+func (c *controller) enabled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cc&nvme.CCEnable != 0 && c.csts&nvme.CSTSReady != 0
+}
+
+func (t *Target) fabrics(r *request) nvme.Status {
+	c := r.c
+	s := &r.sqe
+	switch s.FCType() {
+	case nvme.FabricsConnect:
+		if c.ctrl != nil {
+			return nvme.StatusCmdSeqError | nvme.StatusDNR
+		}
+		return t.connect(r)
+	case nvme.FabricsPropertyGet, nvme.FabricsPropertySet:
+		if c.qid != 0 {
+			return nvme.StatusInvalidOpcode | nvme.StatusDNR
+		}
+		return c.ctrl.property(r)
+	case nvme.FabricsDisconnect:
+		r.closeConn = true
+		return nvme.StatusSuccess
+	}
+	return nvme.StatusInvalidOpcode | nvme.StatusDNR
+}
+
+// connectError sets the Connect response's IPO/IATTR.
+func connectError(r *request, st nvme.Status, inData bool, offset uint16) nvme.Status {
+	r.cqe.Result = uint64(offset)
+	if inData {
+		r.cqe.Result |= 1 << 16
+	}
+	return st | nvme.StatusDNR
+}
+
+func (t *Target) connect(r *request) nvme.Status {
+	c := r.c
+	cmd := nvme.ParseConnectCmd(&r.sqe)
+	if cmd.RecFmt != 0 {
+		return nvme.StatusConnectFormat | nvme.StatusDNR
+	}
+	if len(r.data) < nvme.ConnectDataLen {
+		return nvme.StatusSGLInvalidData | nvme.StatusDNR
+	}
+	d, err := nvme.ParseConnectData(r.data)
+	if err != nil {
+		return connectError(r, nvme.StatusConnectInvalidParam, true, 256)
+	}
+	var sub *subsystem
+	if d.SubNQN == nvme.DiscoveryNQN {
+		sub = t.discoverySubsystem()
+	} else {
+		t.mu.Lock()
+		sub = t.subsys[d.SubNQN]
+		t.mu.Unlock()
+	}
+	if sub == nil {
+		t.warnLimited("connect-nosub:"+d.SubNQN, "connect to a subsystem not served here", "subnqn", d.SubNQN, "hostnqn", d.HostNQN, "remote", c.remote())
+		return connectError(r, nvme.StatusConnectInvalidParam, true, 256)
+	}
+	if !sub.allowed(d.HostNQN) {
+		t.warnLimited("connect-host:"+d.HostNQN, "host not on the subsystem's allow-list", "subnqn", d.SubNQN, "hostnqn", d.HostNQN, "remote", c.remote())
+		return connectError(r, nvme.StatusConnectInvalidHost, true, 512)
+	}
+	maxDepth := t.cfg.MaxQueueDepth
+	if cmd.QID == 0 {
+		maxDepth = max(adminQueueDepth, maxDepth)
+	}
+	if cmd.SQSize < 1 || int(cmd.SQSize) >= maxDepth {
+		return connectError(r, nvme.StatusConnectInvalidParam, false, 44)
+	}
+	depth := int(cmd.SQSize) + 1
+	if cmd.QID == 0 {
+		if d.CntlID != nvme.CntlIDDynamic {
+			return connectError(r, nvme.StatusConnectInvalidParam, true, 16)
+		}
+		ctrl := &controller{t: t, sub: sub, hostNQN: d.HostNQN, hostID: d.HostID, ioq: map[uint16]*conn{}, admin: c, numIOQ: t.cfg.MaxIOQueues}
+		if sub.disc {
+			ctrl.numIOQ = 0
+		}
+		ctrl.kato.Store(cmd.KATO)
+		ctrl.touch()
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nvme.StatusConnectCtrlBusy | nvme.StatusDNR
+		}
+		id, ok := t.allocCntlID()
+		if !ok {
+			t.mu.Unlock()
+			t.warnLimited("cntlid", "no free controller ID", "range_base", t.cfg.CntlIDBase, "range_count", t.cfg.CntlIDCount)
+			return nvme.StatusConnectCtrlBusy | nvme.StatusDNR
+		}
+		ctrl.id = id
+		t.ctrls[id] = ctrl
+		t.mu.Unlock()
+		sub.mu.Lock()
+		sub.ctrls[id] = ctrl
+		sub.mu.Unlock()
+		c.ctrl, c.qid = ctrl, 0
+		c.setDepthKeep(depth, r)
+		_ = c.nc.SetReadDeadline(time.Time{})
+		r.cqe.Result = uint64(id)
+		t.log.Info("controller created", "cntlid", id, "subnqn", sub.nqn, "hostnqn", d.HostNQN, "kato_ms", cmd.KATO, "remote", c.remote())
+		return nvme.StatusSuccess
+	}
+	t.mu.Lock()
+	ctrl := t.ctrls[d.CntlID]
+	t.mu.Unlock()
+	if ctrl == nil || ctrl.sub != sub || ctrl.hostNQN != d.HostNQN || ctrl.hostID != d.HostID {
+		return connectError(r, nvme.StatusConnectInvalidParam, true, 16)
+	}
+	ctrl.mu.Lock()
+	if ctrl.dead || int(cmd.QID) > ctrl.numIOQ || ctrl.ioq[cmd.QID] != nil {
+		ctrl.mu.Unlock()
+		return connectError(r, nvme.StatusConnectInvalidParam, false, 42)
+	}
+	ctrl.ioq[cmd.QID] = c
+	ctrl.mu.Unlock()
+	c.ctrl, c.qid = ctrl, cmd.QID
+	c.setDepthKeep(depth, r)
+	c.startWorkers(min(t.cfg.WorkersPerQueue, depth))
+	_ = c.nc.SetReadDeadline(time.Time{})
+	r.cqe.Result = uint64(ctrl.id)
+	return nvme.StatusSuccess
+}
+
+// setDepthKeep resizes the slot table to n entries, keeping r (the Connect
+// command, still in flight) in its slot.
+func (c *conn) setDepthKeep(n int, r *request) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	if n < 2 {
+		n = 2
+	}
+	c.depth = n
+	c.slots = make([]*request, n)
+	c.free = c.free[:0]
+	for i := n - 1; i >= 0; i-- {
+		if i == 0 {
+			continue
+		}
+		c.free = append(c.free, uint16(i))
+	}
+	r.slot = 0
+	c.slots[0] = r
+	c.sqhd %= uint32(n)
+}
+
+func (c *controller) property(r *request) nvme.Status {
+	p := nvme.ParsePropertyCmd(&r.sqe)
+	set := r.sqe.FCType() == nvme.FabricsPropertySet
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if set {
+		if p.Offset != nvme.PropCC {
+			return nvme.StatusInvalidField | nvme.StatusDNR
+		}
+		v := uint32(p.Value)
+		old := c.cc
+		if v&nvme.CCEnable != 0 && old&nvme.CCEnable == 0 {
+			if nvme.CCIOSQES(v) != 6 || nvme.CCIOCQES(v) != 4 {
+				c.csts |= nvme.CSTSFatal
+			} else {
+				c.csts |= nvme.CSTSReady
+			}
+		}
+		if v&nvme.CCEnable == 0 && old&nvme.CCEnable != 0 {
+			c.csts &^= nvme.CSTSReady
+		}
+		if v&nvme.CCShutdownMask != 0 && old&nvme.CCShutdownMask == 0 {
+			c.csts &^= nvme.CSTSReady
+			c.csts |= nvme.CSTSShutdownDone
+		}
+		if v&nvme.CCShutdownMask == 0 {
+			c.csts &^= nvme.CSTSShutdownDone
+		}
+		c.cc = v
+		return nvme.StatusSuccess
+	}
+	switch p.Offset {
+	case nvme.PropCAP:
+		mqes := uint64(c.t.cfg.MaxQueueDepth - 1)
+		r.cqe.Result = mqes | 15<<24 | 1<<37
+	case nvme.PropVS:
+		r.cqe.Result = nvmeVersion
+	case nvme.PropCC:
+		r.cqe.Result = uint64(c.cc)
+	case nvme.PropCSTS:
+		r.cqe.Result = uint64(c.csts)
+	case nvme.PropINTMS, nvme.PropINTMC, nvme.PropNSSR, nvme.PropAQA, nvme.PropASQ, nvme.PropACQ:
+		r.cqe.Result = 0
+	default:
+		return nvme.StatusInvalidField | nvme.StatusDNR
+	}
+	return nvme.StatusSuccess
+}
+
+func (t *Target) admin(r *request) nvme.Status {
+	c := r.c.ctrl
+	s := &r.sqe
+	switch s.Opcode {
+	case nvme.AdminIdentify:
+		return t.identify(r)
+	case nvme.AdminGetLogPage:
+		return t.getLogPage(r)
+	case nvme.AdminSetFeatures, nvme.AdminGetFeatures:
+		return c.features(r)
+	case nvme.AdminAsyncEvent:
+		return c.asyncEvent(r)
+	case nvme.AdminKeepAlive:
+		return nvme.StatusSuccess
+	case nvme.AdminAbort:
+		r.cqe.Result = 1 // not aborted
+		return nvme.StatusSuccess
+	}
+	return nvme.StatusInvalidOpcode | nvme.StatusDNR
+}
+
+func (t *Target) discoveryAdmin(r *request) nvme.Status {
+	c := r.c.ctrl
+	s := &r.sqe
+	switch s.Opcode {
+	case nvme.AdminIdentify:
+		id := nvme.ParseIdentifyCmd(s)
+		if id.CNS != nvme.CNSController {
+			return nvme.StatusInvalidField | nvme.StatusDNR
+		}
+		ic := t.identifyController(c)
+		r.sendData(ic.Append(nil))
+		return nvme.StatusSuccess
+	case nvme.AdminGetLogPage:
+		g := nvme.ParseGetLogPageCmd(s)
+		switch g.LID {
+		case nvme.LogDiscovery:
+			return r.sendLog(t.discoveryLog(c), g)
+		case nvme.LogError:
+			return r.sendLog(make([]byte, nvme.ErrorLogEntryLen), g)
+		}
+		return nvme.StatusInvalidLogPage | nvme.StatusDNR
+	case nvme.AdminSetFeatures, nvme.AdminGetFeatures:
+		return c.features(r)
+	case nvme.AdminAsyncEvent:
+		return c.asyncEvent(r)
+	case nvme.AdminKeepAlive:
+		return nvme.StatusSuccess
+	}
+	return nvme.StatusInvalidOpcode | nvme.StatusDNR
+}
+
+// sendLog returns the part of page the Get Log Page command asks for.
+func (r *request) sendLog(page []byte, g nvme.GetLogPageCmd) nvme.Status {
+	if g.Offset%4 != 0 || g.Offset > uint64(len(page)) {
+		return nvme.StatusInvalidField | nvme.StatusDNR
+	}
+	if int64(g.Len) > int64(r.c.t.cfg.MaxDataTransfer) {
+		return nvme.StatusInvalidField | nvme.StatusDNR
+	}
+	out := make([]byte, g.Len)
+	copy(out, page[g.Offset:])
+	r.sendData(out)
+	return nvme.StatusSuccess
+}
+
+func (c *controller) asyncEvent(r *request) nvme.Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.aers) >= maxAERs {
+		return nvme.StatusAsyncLimit | nvme.StatusDNR
+	}
+	c.aers = append(c.aers, r.sqe.CID)
+	r.c.freeSlot(r)
+	r.c.t.pools.put(r.buf)
+	*r = request{}
+	reqPool.Put(r)
+	c.deliverLocked()
+	return statusParked
+}
+
+func (c *controller) features(r *request) nvme.Status {
+	s := &r.sqe
+	fid := uint8(s.CDW10)
+	set := s.Opcode == nvme.AdminSetFeatures
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch fid {
+	case nvme.FeatNumQueues:
+		if c.sub.disc {
+			return nvme.StatusInvalidField | nvme.StatusDNR
+		}
+		if set {
+			nsq, ncq := s.CDW11&0xFFFF, s.CDW11>>16
+			if nsq == 0xFFFF || ncq == 0xFFFF {
+				return nvme.StatusInvalidField | nvme.StatusDNR
+			}
+			if len(c.ioq) == 0 {
+				c.numIOQ = min(int(min(nsq, ncq))+1, c.t.cfg.MaxIOQueues)
+			}
+		}
+		n := uint64(c.numIOQ - 1)
+		r.cqe.Result = n | n<<16
+	case nvme.FeatKeepAlive:
+		if set {
+			c.kato.Store(s.CDW11)
+		}
+		r.cqe.Result = uint64(c.kato.Load())
+	case nvme.FeatAsyncEventCfg:
+		supported := nvme.OAESANAChange | nvme.OAESNSAttr
+		if c.sub.disc {
+			supported = nvme.OAESDiscoChanged
+		}
+		if set {
+			c.aec = s.CDW11 & supported
+			c.deliverLocked()
+		}
+		r.cqe.Result = uint64(c.aec)
+	case nvme.FeatVolatileWC:
+		if set {
+			if s.CDW11&1 == 0 {
+				return nvme.StatusFeatureNotChangable | nvme.StatusDNR
+			}
+		}
+		r.cqe.Result = 1
+	case nvme.FeatArbitration, nvme.FeatPowerMgmt, nvme.FeatErrorRecovery, nvme.FeatIRQCoalesce, nvme.FeatWriteAtomicity, nvme.FeatTempThreshold:
+		if set {
+			return nvme.StatusFeatureNotChangable | nvme.StatusDNR
+		}
+		r.cqe.Result = 0
+	case nvme.FeatHostID:
+		if set {
+			return nvme.StatusCmdSeqError | nvme.StatusDNR // fixed at Connect on fabrics
+		}
+		if s.CDW11&1 == 0 {
+			return nvme.StatusInvalidField | nvme.StatusDNR
+		}
+		r.sendData(slices.Clone(c.hostID[:]))
+	case nvme.FeatResvNotifMask:
+		if set {
+			c.resvMask = s.CDW11 & 0xE
+		}
+		r.cqe.Result = uint64(c.resvMask)
+	case nvme.FeatResvPersistence:
+		if set {
+			return nvme.StatusFeatureNotChangable | nvme.StatusDNR
+		}
+		if c.t.cfg.StateDir != "" {
+			r.cqe.Result = 1
+		}
+	default:
+		return nvme.StatusInvalidField | nvme.StatusDNR
+	}
+	return nvme.StatusSuccess
+}
+
+func (t *Target) identifyController(c *controller) nvme.IdentifyController {
+	ic := nvme.IdentifyController{
+		SN: c.sub.serial, MN: c.sub.model, FR: firmwareRev, RAB: 6, CntlID: c.id, Ver: nvmeVersion,
+		MDTS: t.mdts, CTRATT: 1, // 128-bit host identifier
+		KAS: 1, LPA: 1 << 2, AERL: maxAERs - 1, ACL: 3, SQES: 0x66, CQES: 0x44, MaxCmd: uint16(t.cfg.MaxQueueDepth),
+		SGLS: 1 | 1<<20, SubNQN: c.sub.nqn, IORCSZ: 1, MSDBD: 1,
+	}
+	if c.sub.disc {
+		ic.CntrlType = nvme.CtrlTypeDiscovery
+		ic.OAES = nvme.OAESDiscoChanged
+		ic.IOCCSZ = 4
+		return ic
+	}
+	ic.CntrlType = nvme.CtrlTypeIO
+	ic.CMIC = nvme.CMICMultiPort | nvme.CMICMultiCtrl | nvme.CMICANA
+	ic.OAES = nvme.OAESANAChange | nvme.OAESNSAttr
+	ic.ANATT = 10
+	ic.ANACAP = nvme.ANACAPOptimized | nvme.ANACAPNonOptimized | nvme.ANACAPInaccessible | nvme.ANACAPPersistentLoss | nvme.ANACAPChange
+	ic.ANAGRPMAX, ic.NANAGRPID = maxANAGroups, maxANAGroups
+	ic.NN, ic.MNAN = maxNamespaces, maxNamespaces
+	ic.ONCS = nvme.ONCSDSM | nvme.ONCSWriteZeroes | nvme.ONCSReservations
+	ic.VWC = 1
+	ic.IOCCSZ = uint32((nvme.SQELen + t.cfg.InlineDataSize) / 16)
+	return ic
+}
+
+func (t *Target) identify(r *request) nvme.Status {
+	c := r.c.ctrl
+	id := nvme.ParseIdentifyCmd(&r.sqe)
+	switch id.CNS {
+	case nvme.CNSController:
+		ic := t.identifyController(c)
+		r.sendData(ic.Append(nil))
+	case nvme.CNSNamespace:
+		if id.NSID == 0 || id.NSID == 0xFFFFFFFF {
+			return nvme.StatusInvalidNS | nvme.StatusDNR
+		}
+		ns := c.sub.namespace(id.NSID)
+		if ns == nil {
+			r.sendData(make([]byte, nvme.IdentifyLen))
+			return nvme.StatusSuccess
+		}
+		in := ns.identify()
+		r.sendData(in.Append(nil))
+	case nvme.CNSActiveNSList, nvme.CNSCSActiveNSList:
+		if id.CNS == nvme.CNSCSActiveNSList && id.CSI != nvme.CSINVM {
+			return nvme.StatusInvalidField | nvme.StatusDNR
+		}
+		if id.NSID >= 0xFFFFFFFE {
+			return nvme.StatusInvalidNS | nvme.StatusDNR
+		}
+		r.sendData(nvme.AppendNSList(nil, c.sub.nsids(), id.NSID))
+	case nvme.CNSNSDescList:
+		ns := c.sub.namespace(id.NSID)
+		if ns == nil {
+			return nvme.StatusInvalidNS | nvme.StatusDNR
+		}
+		var d []nvme.NSDescriptor
+		if ns.eui64 != ([8]byte{}) {
+			d = append(d, nvme.NSDescriptor{Type: nvme.NIDTEUI64, ID: ns.eui64[:]})
+		}
+		if ns.nguid != ([16]byte{}) {
+			d = append(d, nvme.NSDescriptor{Type: nvme.NIDTNGUID, ID: ns.nguid[:]})
+		}
+		if ns.uuid != ([16]byte{}) {
+			d = append(d, nvme.NSDescriptor{Type: nvme.NIDTUUID, ID: ns.uuid[:]})
+		}
+		d = append(d, nvme.NSDescriptor{Type: nvme.NIDTCSI, ID: []byte{nvme.CSINVM}})
+		r.sendData(nvme.AppendNSDescList(nil, d))
+	case nvme.CNSCSController:
+		if id.CSI != nvme.CSINVM {
+			return nvme.StatusInvalidField | nvme.StatusDNR
+		}
+		r.sendData(make([]byte, nvme.IdentifyLen)) // no extra NVM limits
+	case nvme.CNSCSNamespace:
+		if id.CSI != nvme.CSINVM {
+			return nvme.StatusInvalidField | nvme.StatusDNR
+		}
+		if c.sub.namespace(id.NSID) == nil {
+			return nvme.StatusInvalidNS | nvme.StatusDNR
+		}
+		r.sendData(make([]byte, nvme.IdentifyLen))
+	default:
+		return nvme.StatusInvalidField | nvme.StatusDNR
+	}
+	return nvme.StatusSuccess
+}
+
+func (ns *namespace) identify() nvme.IdentifyNamespace {
+	nb := uint64(ns.dev.Size() / int64(ns.bs))
+	lbads := uint8(0)
+	for b := ns.bs; b > 1; b >>= 1 {
+		lbads++
+	}
+	return nvme.IdentifyNamespace{
+		NSZE: nb, NCAP: nb, NUSE: nb, NMIC: nvme.NMICShared,
+		RESCAP: nvme.RescapWriteExcl | nvme.RescapExclAccess | nvme.RescapWriteExclRO | nvme.RescapExclAccessRO |
+			nvme.RescapWriteExclAR | nvme.RescapExclAccessAR,
+		DLFEAT: nvme.DLFEATReadZeroes | nvme.DLFEATWZDeac, ANAGRPID: ns.group,
+		NGUID: ns.nguid, EUI64: ns.eui64, LBAF: []nvme.LBAFormat{{LBADS: lbads}},
+	}
+}
+
+func (t *Target) getLogPage(r *request) nvme.Status {
+	c := r.c.ctrl
+	g := nvme.ParseGetLogPageCmd(&r.sqe)
+	switch g.LID {
+	case nvme.LogError:
+		return r.sendLog(make([]byte, nvme.ErrorLogEntryLen), g)
+	case nvme.LogSMART:
+		return r.sendLog(c.sub.smart(g.NSID), g)
+	case nvme.LogFWSlot:
+		page := make([]byte, 512)
+		page[0] = 1
+		copy(page[8:16], firmwareRev)
+		return r.sendLog(page, g)
+	case nvme.LogChangedNSList:
+		c.mu.Lock()
+		ids := c.changedNS
+		if !g.RAE {
+			c.changedNS = nil
+		}
+		c.mu.Unlock()
+		page := make([]byte, 4096)
+		for i, id := range ids {
+			binary.LittleEndian.PutUint32(page[4*i:], id)
+		}
+		return r.sendLog(page, g)
+	case nvme.LogANA:
+		l := c.sub.anaLog()
+		rgo := g.LSP&nvme.LogANALSPGroupsOnly != 0
+		return r.sendLog(l.Append(nil, rgo), g)
+	case nvme.LogResvNotification:
+		return r.sendLog(make([]byte, nvme.ResvNotifLogLen), g)
+	}
+	return nvme.StatusInvalidLogPage | nvme.StatusDNR
+}
+
+func (s *subsystem) smart(nsid uint32) []byte {
+	var l nvme.SMARTLog
+	l.AvailSpare = 100
+	s.mu.Lock()
+	for id, ns := range s.ns {
+		if nsid != 0 && nsid != 0xFFFFFFFF && nsid != id {
+			continue
+		}
+		l.DataUnitsRead += (ns.readBytes.Load()/512 + 999) / 1000
+		l.DataUnitsWritten += (ns.writtenBytes.Load()/512 + 999) / 1000
+		l.HostReads += ns.reads.Load()
+		l.HostWrites += ns.writes.Load()
+	}
+	s.mu.Unlock()
+	return l.Append(nil)
+}
+
+// discoverySubsystem returns the target's discovery subsystem.
+func (t *Target) discoverySubsystem() *subsystem {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.disc == nil {
+		t.disc = &subsystem{t: t, nqn: nvme.DiscoveryNQN, serial: derivedSerial(nvme.DiscoveryNQN), model: "tier0", disc: true,
+			hosts: map[string]bool{}, ns: map[uint32]*namespace{}, ana: map[uint32]*anaGroup{}, ctrls: map[uint16]*controller{}}
+	}
+	return t.disc
+}
+
+func (t *Target) discoveryLog(c *controller) []byte {
+	host, port := t.advertised()
+	adrfam := nvme.AdrFamIPv4
+	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+		adrfam = nvme.AdrFamIPv6
+	}
+	entry := func(nqn string, subtype uint8) nvme.DiscoveryEntry {
+		return nvme.DiscoveryEntry{TrType: nvme.TrTypeTCP, AdrFam: adrfam, SubType: subtype, TReq: nvme.TReqNotSpecified,
+			PortID: t.cfg.PortID, CntlID: nvme.CntlIDDynamic, ASQSZ: adminQueueDepth, TrSvcID: port, SubNQN: nqn, TrAddr: host, SecType: nvme.TCPSecTypeNone}
+	}
+	t.mu.Lock()
+	l := nvme.DiscoveryLog{GenCtr: t.discGen}
+	subs := make([]*subsystem, 0, len(t.subsys))
+	for _, s := range t.subsys {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(subs, func(a, b *subsystem) int {
+		if a.nqn < b.nqn {
+			return -1
+		}
+		return 1
+	})
+	l.Entries = append(l.Entries, entry(nvme.DiscoveryNQN, nvme.SubTypeCurDisc))
+	for _, s := range subs {
+		if s.allowed(c.hostNQN) {
+			l.Entries = append(l.Entries, entry(s.nqn, nvme.SubTypeNVMe))
+		}
+	}
+	return l.Append(nil)
+}
