@@ -174,6 +174,11 @@ func (r RebuildRecord) Duration() time.Duration {
 	return r.End.Sub(r.Start)
 }
 
+// AddSample records that done bytes were rebuilt by at.
+func (r *RebuildRecord) AddSample(at time.Time, done int64) {
+	r.Samples = append(r.Samples, RebuildSample{At: at, DoneBytes: done})
+}
+
 // RebuildSample is one progress reading.
 type RebuildSample struct {
 	At        time.Time `json:"at"`

@@ -402,6 +402,9 @@ func rebuildFigure(res *bench.Results) (Figure, error) {
 		for _, s := range r.Samples {
 			xys = append(xys, plotter.XY{X: s.At.Sub(r.Start).Seconds(), Y: float64(s.DoneBytes) / float64(r.Bytes)})
 		}
+		if last := r.Samples[len(r.Samples)-1]; !r.End.IsZero() && last.At.Before(r.End) {
+			xys = append(xys, plotter.XY{X: r.End.Sub(r.Start).Seconds(), Y: 1}) // finished: all of it
+		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {
 			return f, err
