@@ -354,3 +354,49 @@ func TestRestartRejoin(t *testing.T) {
 		t.Fatalf("after restart: %d, %v", v, err)
 	}
 }
+
+func TestCoordinatorElection(t *testing.T) {
+	st, _, _ := openCluster(t, 1)
+	s := st[0]
+	ctx := ctxT(t)
+	a, err := s.NewCoordinator(ctx, "A", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := s.NewCoordinator(ctx, "B", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := a.Leader(ctx); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("leader before any campaign: %v, want ErrNotFound", err)
+	}
+	if err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan error, 1)
+	go func() { won <- b.Campaign(ctx) }()
+	select {
+	case err := <-won:
+		t.Fatalf("B became coordinator while A leads: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if l, err := b.Leader(ctx); err != nil || l != "A" {
+		t.Fatalf("leader = %q, %v; want A", l, err)
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("B not elected after A resigned")
+	}
+	if l, _ := a.Leader(ctx); l != "B" {
+		t.Fatalf("leader after resign = %q, want B", l)
+	}
+}
