@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tier0/daemon/config"
+	"tier0/daemon/discover"
 )
 
 // configInvalidError is returned by the config verbs for a configuration
@@ -69,7 +70,104 @@ func init() {
 			return printPlacement(cmd.OutOrStdout(), c)
 		},
 	})
+	var drivesNode string
+	drives := &cobra.Command{
+		Use:   "drives [FILE]",
+		Short: "List this machine's NVMe drives, or resolve a node's configured drives",
+		Long: "Without FILE: list the local NVMe namespaces (model, serial, size, by-id link).\n" +
+			"With FILE and --node: resolve each drive of that node (path, by_id or serial)\n" +
+			"to the device node or file tier0d would open.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			found, err := discover.Scan(discover.Options{})
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				return printDrives(cmd.OutOrStdout(), found)
+			}
+			c, err := loadSiteConfig(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			n, ok := c.Node(drivesNode)
+			if !ok {
+				return fmt.Errorf("--node %q: not a node of %s; expected one of the names under nodes[]", drivesNode, args[0])
+			}
+			return printResolved(cmd.OutOrStdout(), n, found)
+		},
+	}
+	drives.Flags().StringVar(&drivesNode, "node", "", "the node (of FILE) whose drives to resolve")
+	cfg.AddCommand(drives)
 	rootCmd.AddCommand(cfg)
+}
+
+func printDrives(w io.Writer, ds []discover.Drive) error {
+	if jsonOut {
+		if ds == nil {
+			ds = []discover.Drive{}
+		}
+		return writeJSON(w, ds)
+	}
+	t := tablewriter.NewWriter(w)
+	t.Header("DEVICE", "MODEL", "SERIAL", "FIRMWARE", "SIZE", "LBA", "LINK")
+	for _, d := range ds {
+		if err := t.Append(d.Path, d.Model, d.Serial, d.Firmware, config.Size(d.Size).String(), strconv.Itoa(d.BlockSize), d.ByID); err != nil {
+			return err
+		}
+	}
+	return t.Render()
+}
+
+type resolvedDrive struct {
+	Drive  string `json:"drive"`
+	Ref    string `json:"ref"`
+	Path   string `json:"path,omitempty"`
+	Serial string `json:"serial,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+func printResolved(w io.Writer, n *config.Node, found []discover.Drive) error {
+	var rows []resolvedDrive
+	bad := 0
+	for _, d := range n.Drives {
+		ref := d.Path + d.ByID
+		if d.Serial != "" {
+			ref = "serial " + d.Serial
+		}
+		r := resolvedDrive{Drive: d.Name, Ref: ref}
+		res, err := discover.Resolve(discover.Options{}, found, d.Path, d.ByID, d.Serial)
+		if err != nil {
+			r.Error = err.Error()
+			bad++
+		} else {
+			r.Path = res.Path
+			if res.Drive != nil {
+				r.Serial = res.Drive.Serial
+			}
+		}
+		rows = append(rows, r)
+	}
+	if jsonOut {
+		if err := writeJSON(w, rows); err != nil {
+			return err
+		}
+	} else {
+		t := tablewriter.NewWriter(w)
+		t.Header("DRIVE", "CONFIGURED", "RESOLVED", "SERIAL", "ERROR")
+		for _, r := range rows {
+			if err := t.Append(r.Drive, r.Ref, r.Path, r.Serial, r.Error); err != nil {
+				return err
+			}
+		}
+		if err := t.Render(); err != nil {
+			return err
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("node %s: %d of %d drives could not be resolved", n.Name, bad, len(n.Drives))
+	}
+	return nil
 }
 
 // loadSiteConfig loads a configuration; on problems it prints them (as

@@ -263,8 +263,8 @@ func Resolve(o Options, drives []Drive, path, byID, serial string) (Resolved, er
 			byID = "/dev/disk/by-id/" + byID
 		}
 		r, err := resolvePath(o, drives, byID)
-		if errors.Is(err, os.ErrNotExist) {
-			return r, fmt.Errorf("by-id %s: no such link; `tier0 drives` lists the by-id names of this node's drives: %w", byID, ErrNotFound)
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrNotFound) {
+			return r, fmt.Errorf("by-id %s: no such link; `tier0 config drives` lists the by-id names of this node's drives: %w", byID, ErrNotFound)
 		}
 		return r, err
 	case serial != "":
@@ -276,7 +276,7 @@ func Resolve(o Options, drives []Drive, path, byID, serial string) (Resolved, er
 		}
 		switch len(hits) {
 		case 0:
-			return Resolved{}, fmt.Errorf("serial %q: no NVMe drive on this node has it; `tier0 drives` lists serials: %w", serial, ErrNotFound)
+			return Resolved{}, fmt.Errorf("serial %q: no NVMe drive on this node has it; `tier0 config drives` lists serials: %w", serial, ErrNotFound)
 		case 1:
 			return Resolved{Path: hits[0].Path, Drive: hits[0]}, nil
 		}
@@ -306,6 +306,9 @@ func resolvePath(o Options, drives []Drive, path string) (Resolved, error) {
 		}
 		target = t
 	} else if err != nil && strings.HasPrefix(path, "/dev/") {
+		if errors.Is(err, os.ErrNotExist) {
+			return Resolved{}, fmt.Errorf("%s: no such device or link on this node; `tier0 config drives` lists this node's NVMe drives: %w", path, ErrNotFound)
+		}
 		return Resolved{}, fmt.Errorf("%s: %w", path, err)
 	}
 	base := filepath.Base(target)

@@ -59,7 +59,7 @@ func TestResolve(t *testing.T) {
 		{serial: "NOPE", want: "!no NVMe drive on this node has it"},
 		{byID: "nvme-MISSING", want: "!no such link"},
 		{byID: "nvme-DANGLING_LINK", want: "!no such link"},
-		{path: "/dev/nvme7n1", want: "!no such file"},
+		{path: "/dev/nvme7n1", want: "!/dev/nvme7n1: no such device or link on this node"},
 		{path: "/var/tmp/tier0/A1.img", want: "/var/tmp/tier0/A1.img"},
 		{path: "/dev/disk/by-id/ata-SOMEDISK_123", want: "/dev/sda"},
 		{want: "!empty drive reference"},
