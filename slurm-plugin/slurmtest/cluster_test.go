@@ -156,7 +156,13 @@ func freePorts() (ctld, first int, err error) {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "tier0-slurmtest-")
+	// Under /tmp rather than $TMPDIR: munged refuses a socket below any
+	// directory that is not searchable by all.
+	base := "/tmp"
+	if st, err := os.Stat(base); err != nil || st.Mode().Perm()&0o001 == 0 {
+		base = ""
+	}
+	dir, err := os.MkdirTemp(base, "tier0-slurmtest-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +333,7 @@ func (c *cluster) start(name string, argv ...string) {
 // stop shuts Slurm down with scontrol, then ends what is left by PID.
 func (c *cluster) stop() {
 	if c.t.Failed() {
-		for _, f := range []string{"log/slurmctld.log", "log/hooks.log", "log/slurmd-node2.log", "log/slurmd-node3.log"} {
+		for _, f := range []string{"munge/log", "log/munged.out", "log/slurmctld.out", "log/slurmctld.log", "log/hooks.log", "log/slurmd-node2.log", "log/slurmd-node3.log"} {
 			b, _ := os.ReadFile(filepath.Join(c.dir, f))
 			if len(b) > 3000 {
 				b = b[len(b)-3000:]
