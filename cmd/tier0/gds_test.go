@@ -28,7 +28,11 @@ func runGdsCLI(t *testing.T, args ...string) (string, int) {
 	rootCmd.SetOut(&out)
 	rootCmd.SetErr(&out)
 	rootCmd.SetArgs(args)
-	defer rootCmd.SetArgs(nil)
+	defer func() {
+		rootCmd.SetArgs(nil)
+		rootCmd.SetOut(nil)
+		rootCmd.SetErr(nil)
+	}()
 	err := rootCmd.Execute()
 	code := 0
 	if err != nil {
