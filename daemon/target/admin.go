@@ -169,7 +169,7 @@ func (t *Target) connect(r *request) nvme.Status {
 		return connectError(r, nvme.StatusConnectInvalidParam, true, 16)
 	}
 	ctrl.mu.Lock()
-	if ctrl.dead || int(cmd.QID) > ctrl.numIOQ || ctrl.ioq[cmd.QID] != nil {
+	if ctrl.dead || int(cmd.QID) > ctrl.numIOQ || (ctrl.ioq[cmd.QID] != nil && !ctrl.ioq[cmd.QID].closing()) {
 		ctrl.mu.Unlock()
 		return connectError(r, nvme.StatusConnectInvalidParam, false, 42)
 	}

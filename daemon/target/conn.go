@@ -142,9 +142,18 @@ func (c *conn) setDepth(n int) {
 
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
+		close(c.done) // first: a closing queue's ID may be reused at once
 		c.nc.Close()
-		close(c.done)
 	})
+}
+
+func (c *conn) closing() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (c *conn) remote() string {

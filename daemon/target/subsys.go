@@ -537,9 +537,6 @@ func (c *controller) shutdown() {
 	}
 	c.aers = nil
 	c.mu.Unlock()
-	for _, q := range conns {
-		q.nc.Close()
-	}
 	c.sub.mu.Lock()
 	delete(c.sub.ctrls, c.id)
 	c.sub.mu.Unlock()
@@ -548,6 +545,9 @@ func (c *controller) shutdown() {
 		delete(c.t.ctrls, c.id)
 	}
 	c.t.mu.Unlock()
+	for _, q := range conns {
+		q.nc.Close()
+	}
 }
 
 // postEvent records an event and completes an outstanding Asynchronous
