@@ -1,12 +1,74 @@
-// Command tier0d is the tier0 node daemon.
+// Command tier0d is the tier0 node daemon: it exports the node's drives on
+// the backend fabric, runs the arrays the node owns, serves every array on
+// the frontend fabric with ANA, and takes part in the control plane.
+//
+//	tier0d --site /etc/tier0/site.yaml --node A
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"tier0/daemon/config"
+	"tier0/daemon/node"
+	"tier0/internal/version"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "tier0d: the node daemon is being assembled; see docs/ARCHITECTURE.md")
-	os.Exit(2)
+	site := flag.String("site", "/etc/tier0/site.yaml", "site configuration file")
+	name := flag.String("node", "", "this node's name in the site configuration (default: the host name)")
+	level := flag.String("log-level", "info", "log level: debug, info, warn, error")
+	tokenFile := flag.String("token-file", "", "file holding the bearer token for mutating API calls (also TIER0_TOKEN)")
+	tick := flag.Duration("tick", 500*time.Millisecond, "control plane state machine tick")
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	if *showVersion {
+		fmt.Println("tier0d", version.String())
+		return
+	}
+	if err := run(*site, *name, *level, *tokenFile, *tick); err != nil {
+		fmt.Fprintln(os.Stderr, "tier0d:", err)
+		os.Exit(1)
+	}
+}
+
+func run(site, name, level, tokenFile string, tick time.Duration) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node not given and the host name is unknown: %w", err)
+		}
+		name = strings.Split(h, ".")[0]
+	}
+	cfg, err := config.Load(site)
+	if err != nil {
+		return err
+	}
+	token := os.Getenv("TIER0_TOKEN")
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	n, err := node.New(node.Options{Config: cfg, Name: name, Logger: log, Tick: tick, Token: token})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return n.Run(ctx)
 }

@@ -1,0 +1,231 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"tier0/daemon/api"
+	"tier0/daemon/cluster"
+	"tier0/daemon/nvme"
+	"tier0/daemon/raid"
+	"tier0/daemon/store"
+)
+
+// observedArray is what an owner publishes about a running array.
+type observedArray struct {
+	Owner  string      `json:"owner"`
+	Epoch  uint64      `json:"epoch"`
+	Status raid.Status `json:"status"`
+	Time   time.Time   `json:"time"`
+}
+
+func (n *Node) startAPI(ctx context.Context) error {
+	n.metrics = api.NewMetrics()
+	srv, err := api.NewServer(api.ServerOptions{
+		Backend:              n,
+		Token:                n.opts.Token,
+		AllowUnauthenticated: n.opts.Token == "" && isLoopback(n.me.ListenAddr(n.me.API)),
+		Metrics:              n.metrics,
+		Logger:               n.log.With("layer", "api"),
+	})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", n.me.ListenAddr(n.me.API))
+	if err != nil {
+		return fmt.Errorf("management API on %s: %w", n.me.ListenAddr(n.me.API), err)
+	}
+	n.api = srv
+	go func() {
+		if err := srv.Serve(ctx, l); err != nil {
+			n.log.Warn("management API stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+func isLoopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (n *Node) view(ctx context.Context) (clusterView, error) {
+	var v clusterView
+	if n.st == nil {
+		return v, fmt.Errorf("store not open yet: %w", api.ErrUnavailable)
+	}
+	if _, err := n.st.Get(ctx, store.Observed, "cluster", "view", &v); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return v, fmt.Errorf("no coordinator has published the cluster view yet: %w", api.ErrUnavailable)
+		}
+		return v, fmt.Errorf("%v: %w", err, api.ErrUnavailable)
+	}
+	return v, nil
+}
+
+func (n *Node) leaseState() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.live != nil && !n.fenced {
+		return "held"
+	}
+	return "lost"
+}
+
+// Status implements api.Backend.
+func (n *Node) Status(ctx context.Context) (api.Status, error) {
+	v, err := n.view(ctx)
+	if err != nil {
+		return api.Status{}, err
+	}
+	return api.Status{Node: n.me.Name, Time: time.Now(), Coordinator: v.Coordinator, Lease: n.leaseState(), Nodes: v.Nodes, Arrays: v.Arrays}, nil
+}
+
+// Arrays implements api.Backend.
+func (n *Node) Arrays(ctx context.Context) ([]api.Array, error) {
+	v, err := n.view(ctx)
+	return v.Arrays, err
+}
+
+// Array implements api.Backend.
+func (n *Node) Array(ctx context.Context, name string) (api.Array, error) {
+	v, err := n.view(ctx)
+	if err != nil {
+		return api.Array{}, err
+	}
+	for _, a := range v.Arrays {
+		if a.Name == name {
+			return a, nil
+		}
+	}
+	return api.Array{}, fmt.Errorf("array %q: %w", name, api.ErrNotFound)
+}
+
+// Events implements api.Backend.
+func (n *Node) Events(ctx context.Context, after int64, limit int) ([]api.Event, error) {
+	evs, err := n.st.Events(ctx, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, api.ErrUnavailable)
+	}
+	out := make([]api.Event, len(evs))
+	for i, e := range evs {
+		out[i] = api.Event(e)
+	}
+	return out, nil
+}
+
+// NodeHealth implements api.Backend: this node's storage role, as Slurm's
+// hooks read it.
+func (n *Node) NodeHealth(ctx context.Context) (api.NodeHealth, error) {
+	h := api.NodeHealth{Node: n.me.Name, Daemon: "ok", Lease: n.leaseState(), DrivesMissing: []string{}, Redundant: true}
+	n.mu.Lock()
+	h.Fenced = n.fenced
+	n.mu.Unlock()
+	for _, d := range n.me.Drives {
+		if _, ok := n.drives[d.Name]; !ok {
+			h.DrivesMissing = append(h.DrivesMissing, d.Name)
+		}
+	}
+	v, err := n.view(ctx)
+	if err != nil {
+		h.Daemon = "starting"
+		h.Redundant = false
+		return h, nil
+	}
+	for _, a := range v.Arrays {
+		ah := api.ArrayHealth{Name: a.Name, State: string(a.State), Owner: a.Owner}
+		if s := n.served(a.Name); s != nil {
+			// A path from this node: the owner's frontend is optimized.
+			ah.PathUsable = a.Owner != "" && a.Phase == "active"
+			if a.Owner == n.me.Name {
+				s.mu.Lock()
+				ah.PathUsable = s.array != nil && s.ana == nvme.ANAOptimized
+				s.mu.Unlock()
+			}
+		}
+		if a.State == cluster.StateRebuilding {
+			h.RebuildActive = true
+		}
+		if a.State != cluster.StateOptimal {
+			h.Redundant = false
+		}
+		h.Arrays = append(h.Arrays, ah)
+	}
+	if h.Fenced || len(h.DrivesMissing) > 0 {
+		h.Daemon = "degraded"
+	}
+	return h, nil
+}
+
+func (n *Node) knownNode(node string) error {
+	if _, ok := n.cfg.Node(node); !ok {
+		return fmt.Errorf("node %q is not in the site config: %w", node, api.ErrNotFound)
+	}
+	return nil
+}
+
+// Drain implements api.Backend.
+func (n *Node) Drain(ctx context.Context, node string) error {
+	if err := n.knownNode(node); err != nil {
+		return err
+	}
+	if _, err := n.st.Put(ctx, store.Desired, "drain", node, map[string]any{"since": time.Now()}); err != nil {
+		return fmt.Errorf("%v: %w", err, api.ErrUnavailable)
+	}
+	n.sendReport(report{Kind: "drain", Node: node})
+	return nil
+}
+
+// Undrain implements api.Backend.
+func (n *Node) Undrain(ctx context.Context, node string) error {
+	if err := n.knownNode(node); err != nil {
+		return err
+	}
+	if err := n.st.Delete(ctx, store.Desired, "drain", node); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%v: %w", err, api.ErrUnavailable)
+	}
+	n.sendReport(report{Kind: "undrain", Node: node})
+	return nil
+}
+
+func (n *Node) arraysWith(drive string) ([]string, error) {
+	if _, _, ok := n.cfg.Drive(drive); !ok {
+		return nil, fmt.Errorf("drive %q is not in the site config: %w", drive, api.ErrNotFound)
+	}
+	var out []string
+	for _, a := range n.cfg.Arrays {
+		if slices.Contains(a.Members, drive) {
+			out = append(out, a.Name)
+		}
+	}
+	return out, nil
+}
+
+// FailDrive implements api.Backend.
+func (n *Node) FailDrive(ctx context.Context, drive string) error {
+	arrays, err := n.arraysWith(drive)
+	if err != nil {
+		return err
+	}
+	for _, name := range arrays {
+		n.sendReport(report{Kind: "member-failed", Array: name, Member: drive})
+	}
+	return nil
+}
+
+// ReplaceDrive implements api.Backend.
+func (n *Node) ReplaceDrive(ctx context.Context, drive string) error {
+	if _, err := n.arraysWith(drive); err != nil {
+		return err
+	}
+	n.sendReport(report{Kind: "drive-replaced", Member: drive})
+	return nil
+}

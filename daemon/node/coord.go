@@ -1,0 +1,272 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"tier0/daemon/cluster"
+	"tier0/daemon/store"
+)
+
+// coordinatorLoop campaigns for the coordinator role and, while it holds
+// it, runs the failover state machine.
+func (n *Node) coordinatorLoop(ctx context.Context) error {
+	ttl := max(1, int(n.cfg.Policies.LeaseTTL.D().Seconds()))
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(n.st.Client(), concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+		if err != nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		el := concurrency.NewElection(sess, n.key("coordinator"))
+		if err := el.Campaign(ctx, n.me.Name); err != nil {
+			sess.Close()
+			continue
+		}
+		n.log.Info("coordinator elected")
+		cctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-sess.Done():
+			case <-cctx.Done():
+			}
+			cancel()
+		}()
+		n.mu.Lock()
+		n.coord = true
+		n.mu.Unlock()
+		if err := n.coordinate(cctx); err != nil && cctx.Err() == nil {
+			n.log.Warn("coordinator stopped", "err", err)
+		}
+		cancel()
+		n.mu.Lock()
+		n.coord = false
+		n.mu.Unlock()
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		_ = el.Resign(rctx)
+		rcancel()
+		sess.Close()
+	}
+	return nil
+}
+
+// coordinate rebuilds the state machine from the store and drives it.
+func (n *Node) coordinate(ctx context.Context) error {
+	policy := cluster.FailbackPolicy(n.cfg.Policies.Failback)
+	m, err := cluster.New(cluster.Config{ReleaseTimeoutTicks: int64(10 * time.Second / n.opts.Tick), Failback: policy}, n.log.With("layer", "cluster"))
+	if err != nil {
+		return err
+	}
+	// A cluster that never had an owner is booting: give every node a
+	// moment to come up before deciding who is missing.
+	if !n.anyOwnership(ctx) {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			alive, _ := n.st.Nodes(ctx)
+			if len(alive) == len(n.cfg.Nodes) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}
+	alive, err := n.st.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	step := func(ev cluster.Event) {
+		if err := m.Step(ev); err != nil {
+			n.log.Warn("state machine refused an event", "event", fmt.Sprintf("%T", ev), "err", err)
+		}
+	}
+	for _, c := range n.cfg.Nodes {
+		var drives []string
+		for _, d := range c.Drives {
+			drives = append(drives, d.Name)
+		}
+		step(cluster.NodeJoined{Node: c.Name, Domain: c.Domain, Drives: drives})
+	}
+	for _, a := range n.cfg.Arrays {
+		lvl, err := cluster.ParseLevel(a.Level)
+		if err != nil {
+			n.log.Warn("array not managed by the failover machine", "array", a.Name, "err", err)
+			continue
+		}
+		var ms []cluster.MemberSpec
+		for _, d := range a.Members {
+			node, _, _ := n.cfg.Drive(d)
+			ms = append(ms, cluster.MemberSpec{Drive: d, Node: node.Name})
+		}
+		step(cluster.ArrayDefined{Name: a.Name, Level: lvl, Home: a.Home, Members: ms})
+	}
+	for _, a := range n.cfg.Arrays {
+		own, err := n.st.Ownership(ctx, a.Name)
+		if err != nil || own.Epoch == 0 {
+			continue
+		}
+		step(cluster.OwnershipAcquired{Array: a.Name, Node: own.Owner, Epoch: own.Epoch})
+		if _, ok := alive[own.Owner]; ok {
+			step(cluster.FenceDone{Array: a.Name, Node: own.Owner, Epoch: own.Epoch})
+		}
+	}
+	for _, c := range n.cfg.Nodes {
+		if _, ok := alive[c.Name]; !ok {
+			step(cluster.LeaseExpired{Node: c.Name})
+		}
+	}
+	// Drains requested earlier stay in force.
+	if drains, err := n.st.List(ctx, store.Desired, "drain"); err == nil {
+		for name := range drains {
+			step(cluster.DrainRequested{Node: name})
+		}
+	}
+	n.dispatch(ctx, m)
+
+	nodes := n.st.WatchNodes(ctx, 0)
+	reports := n.watchReports(ctx)
+	tick := time.NewTicker(n.opts.Tick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ne, ok := <-nodes:
+			if !ok {
+				return fmt.Errorf("node watch closed")
+			}
+			if ne.Alive {
+				step(cluster.NodeReturned{Node: ne.Node})
+			} else {
+				step(cluster.LeaseExpired{Node: ne.Node})
+			}
+		case r, ok := <-reports:
+			if !ok {
+				return fmt.Errorf("report watch closed")
+			}
+			ev, err := r.event()
+			if err != nil {
+				n.log.Warn("bad report", "err", err)
+				continue
+			}
+			step(ev)
+		case <-tick.C:
+			m.Tick()
+		}
+		n.dispatch(ctx, m)
+		n.publishView(ctx, m)
+	}
+}
+
+func (n *Node) anyOwnership(ctx context.Context) bool {
+	for _, a := range n.cfg.Arrays {
+		if own, err := n.st.Ownership(ctx, a.Name); err == nil && own.Epoch > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch performs the coordinator's own actions and hands the others to
+// their nodes, in the order the machine gave them.
+func (n *Node) dispatch(ctx context.Context, m *cluster.Machine) {
+	for _, a := range m.Ready() {
+		n.log.Debug("action", "action", a.String())
+		switch a := a.(type) {
+		case cluster.RecordEvent:
+			ev := store.Event{Kind: a.Kind, Array: a.Array, Node: a.Node, From: a.From, To: a.To, Epoch: a.Epoch, Message: a.Message}
+			if a.Kind == "failover" || a.Kind == "handoff" {
+				ev.Duration = (time.Duration(a.Ticks) * n.opts.Tick).Seconds()
+			}
+			if _, err := n.st.AppendEvent(ctx, ev); err != nil {
+				n.log.Warn("event log append failed", "err", err)
+			}
+			n.log.Info("cluster event", "event", a.String())
+		case cluster.SlurmDrain:
+			n.slurmDrain(a.Node, a.Reason)
+		case cluster.SlurmResume:
+			n.slurmResume(a.Node, a.Reason)
+		default:
+			if a.Performer() == "" {
+				continue
+			}
+			if err := n.sendTask(ctx, a); err != nil {
+				n.log.Warn("task not sent; the machine will time the step out", "action", a.String(), "err", err)
+			}
+		}
+	}
+}
+
+// clusterView is the coordinator's picture, published for the API and the
+// CLI.
+type clusterView struct {
+	Coordinator string              `json:"coordinator"`
+	Time        time.Time           `json:"time"`
+	Nodes       []cluster.NodeView  `json:"nodes"`
+	Arrays      []cluster.ArrayView `json:"arrays"`
+}
+
+func (n *Node) publishView(ctx context.Context, m *cluster.Machine) {
+	v := clusterView{Coordinator: n.me.Name, Time: time.Now(), Nodes: m.Nodes(), Arrays: m.Arrays()}
+	b, _ := json.Marshal(v)
+	n.mu.Lock()
+	same := string(b[strings.Index(string(b), `"nodes"`):]) == n.lastView
+	n.lastView = string(b[strings.Index(string(b), `"nodes"`):])
+	n.mu.Unlock()
+	if same {
+		return
+	}
+	if _, err := n.st.Put(ctx, store.Observed, "cluster", "view", v); err != nil {
+		n.log.Debug("view not published", "err", err)
+	}
+}
+
+// watchReports streams reports to the coordinator, deleting each.
+func (n *Node) watchReports(ctx context.Context) <-chan report {
+	out := make(chan report, 64)
+	prefix := n.key("reports") + "/"
+	cli := n.st.Client()
+	go func() {
+		defer close(out)
+		handle := func(key string, v []byte) bool {
+			var r report
+			if err := json.Unmarshal(v, &r); err == nil {
+				select {
+				case out <- r:
+				case <-ctx.Done():
+					return false
+				}
+			}
+			_, _ = cli.Delete(ctx, key)
+			return true
+		}
+		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		if err != nil {
+			return
+		}
+		for _, kv := range resp.Kvs {
+			if !handle(string(kv.Key), kv.Value) {
+				return
+			}
+		}
+		for wr := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+			if wr.Err() != nil {
+				return
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut && !handle(string(ev.Kv.Key), ev.Kv.Value) {
+					return
+				}
+			}
+		}
+	}()
+	return out
+}

@@ -1,0 +1,164 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/blockdev/local"
+	"tier0/daemon/discover"
+	"tier0/daemon/target"
+)
+
+// driveInfo is what a node publishes about each local drive, so that every
+// node can size the arrays' frontend namespaces before any is assembled.
+type driveInfo struct {
+	Node      string `json:"node"`
+	Size      int64  `json:"size"`
+	BlockSize int    `json:"block_size"`
+}
+
+// openDrives opens every local drive of this node with O_DIRECT. File
+// drives with a configured size are created when missing.
+func (n *Node) openDrives() error {
+	for _, d := range n.me.Drives {
+		path := d.Path
+		if path == "" {
+			r, err := discover.Resolve(discover.Options{}, nil, "", d.ByID, d.Serial)
+			if err != nil {
+				return fmt.Errorf("drive %s: %w", d.Name, err)
+			}
+			path = r.Path
+		}
+		o := local.Options{Logger: n.log.With("drive", d.Name), AllowBuffered: true}
+		if d.Size > 0 {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return fmt.Errorf("drive %s: %w", d.Name, err)
+			}
+			o.Size, o.Create = int64(d.Size), true
+		}
+		dev, err := local.Open(path, o)
+		if err != nil {
+			return fmt.Errorf("drive %s (%s): %w; check the path in %s or that the device is present", d.Name, path, err, n.cfg.File)
+		}
+		n.drives[d.Name] = dev
+	}
+	return nil
+}
+
+// startBackend exports every local drive as its own subsystem on the
+// backend fabric. A drive shared by k arrays is split into k namespaces.
+// Only the cluster's own nodes may connect.
+func (n *Node) startBackend() error {
+	idx := n.nodeIndex()
+	t, err := target.New(target.Config{
+		Listen:      n.me.ListenAddr(n.me.Backend),
+		Advertise:   n.me.AdvertiseAddr(n.me.Backend),
+		CntlIDBase:  uint16(1 + idx*256),
+		CntlIDCount: 256,
+		StateDir:    n.stateDir("backend-resv"),
+		Logger:      n.log.With("layer", "backend"),
+	})
+	if err != nil {
+		return fmt.Errorf("backend target: %w", err)
+	}
+	var hosts []string
+	for _, o := range n.cfg.Nodes {
+		hosts = append(hosts, hostNQN(n.cfg, o.Name))
+	}
+	hosts = append(hosts, n.cfg.Fabrics.Backend.AllowHosts...)
+	for _, d := range n.me.Drives {
+		dev := n.drives[d.Name]
+		nqn := n.cfg.DriveNQN(d.Name)
+		if err := t.AddSubsystem(target.SubsystemConfig{NQN: nqn, Model: "tier0 drive " + d.Name, AllowedHosts: hosts}); err != nil {
+			return fmt.Errorf("backend subsystem %s: %w", nqn, err)
+		}
+		shares := max(1, len(n.cfg.DriveShares(d.Name)))
+		for i := 0; i < shares; i++ {
+			part := slice(dev, i, shares)
+			err := t.AddNamespace(nqn, target.NamespaceConfig{
+				NSID:   uint32(i + 1),
+				Device: part,
+				NGUID:  derive16("drive", n.cfg.Cluster, d.Name, fmt.Sprint(i)),
+				UUID:   derive16("drive-uuid", n.cfg.Cluster, d.Name, fmt.Sprint(i)),
+			})
+			if err != nil {
+				return fmt.Errorf("backend namespace %s/%d: %w", nqn, i+1, err)
+			}
+		}
+	}
+	if err := os.MkdirAll(n.stateDir("backend-resv"), 0o755); err != nil {
+		return err
+	}
+	if err := t.Start(); err != nil {
+		return fmt.Errorf("backend target on %s: %w", n.me.ListenAddr(n.me.Backend), err)
+	}
+	n.backend = t
+	return nil
+}
+
+// publishDrives records the size of every local drive in the store.
+func (n *Node) publishDrives(ctx context.Context) error {
+	for name, dev := range n.drives {
+		if _, err := n.st.Put(ctx, "observed", "drives", name, driveInfo{Node: n.me.Name, Size: dev.Size(), BlockSize: dev.BlockSize()}); err != nil {
+			return fmt.Errorf("publish drive %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// slice returns part i of k equal, block-aligned parts of dev (dev itself
+// when k is 1).
+func slice(dev blockdev.Device, i, k int) blockdev.Device {
+	if k <= 1 {
+		return dev
+	}
+	bs := int64(dev.BlockSize())
+	per := dev.Size() / int64(k) / bs * bs
+	return &part{Device: dev, off: int64(i) * per, size: per}
+}
+
+// part is a window [off, off+size) of a device. Close does not close the
+// underlying device.
+type part struct {
+	blockdev.Device
+	off, size int64
+}
+
+func (p *part) Size() int64 { return p.size }
+
+func (p *part) check(off, n int64) error {
+	return blockdev.CheckRange(off, n, p.size, p.BlockSize())
+}
+
+func (p *part) ReadAt(b []byte, off int64) (int, error) {
+	if err := p.check(off, int64(len(b))); err != nil {
+		return 0, err
+	}
+	return p.Device.ReadAt(b, off+p.off)
+}
+
+func (p *part) WriteAt(b []byte, off int64) (int, error) {
+	if err := p.check(off, int64(len(b))); err != nil {
+		return 0, err
+	}
+	return p.Device.WriteAt(b, off+p.off)
+}
+
+func (p *part) WriteZeroes(off, length int64) error {
+	if err := p.check(off, length); err != nil {
+		return err
+	}
+	return p.Device.WriteZeroes(off+p.off, length)
+}
+
+func (p *part) Discard(off, length int64) error {
+	if err := p.check(off, length); err != nil {
+		return err
+	}
+	return p.Device.Discard(off+p.off, length)
+}
+
+func (p *part) Close() error { return nil }

@@ -1,0 +1,147 @@
+package node
+
+import (
+	"context"
+	"time"
+
+	"tier0/daemon/store"
+	"tier0/slurm-plugin/hooks"
+	"tier0/slurm-plugin/slurm"
+)
+
+// livenessLoop holds this node's lease. When the lease is lost the node
+// fences itself at once — before the store can expire the lease and the
+// coordinator hand its arrays on — then registers again.
+func (n *Node) livenessLoop(ctx context.Context) error {
+	ttl := n.cfg.Policies.LeaseTTL.D()
+	var drives []string
+	for _, d := range n.me.Drives {
+		drives = append(drives, d.Name)
+	}
+	info := store.NodeInfo{Node: n.me.Name, Domain: n.me.Domain, Drives: drives, API: n.me.AdvertiseAddr(n.me.API), Started: n.started}
+	for ctx.Err() == nil {
+		live, err := n.st.Register(ctx, info, ttl, 0)
+		if err != nil {
+			n.log.Warn("lease registration failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		n.mu.Lock()
+		n.live, n.fenced = live, false
+		n.mu.Unlock()
+		n.metrics.LeaseHeld.Set(1)
+		n.metrics.Fenced.Set(0)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-live.Lost():
+			n.metrics.LeaseHeld.Set(0)
+			n.metrics.Fenced.Set(1)
+			n.selfFence("lease lost: " + errString(live.Err()))
+			live.Abandon()
+		}
+	}
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "unknown"
+	}
+	return err.Error()
+}
+
+// housekeeping runs the periodic duties of an owner: clearing the
+// write-intent bits of quiet regions, publishing observed state and
+// metrics.
+func (n *Node) housekeeping(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.mu.Lock()
+		arrays := make([]*served, 0, len(n.arrays))
+		for _, s := range n.arrays {
+			arrays = append(arrays, s)
+		}
+		n.mu.Unlock()
+		for _, s := range arrays {
+			s.mu.Lock()
+			arr, epoch := s.array, s.epoch
+			s.mu.Unlock()
+			owned := 0.0
+			if arr != nil {
+				owned = 1
+				if i%3 == 0 {
+					if err := arr.Sweep(); err != nil {
+						n.log.Debug("bitmap sweep", "array", s.cfg.Name, "err", err)
+					}
+				}
+				st := arr.Status()
+				_, _ = n.st.Put(ctx, store.Observed, "arrays", s.cfg.Name, observedArray{Owner: n.me.Name, Epoch: epoch, Status: st, Time: time.Now()})
+				n.metrics.Epoch.WithLabelValues(s.cfg.Name).Set(float64(epoch))
+				if st.Progress.Total > 0 && st.Task != "" {
+					n.metrics.RebuildRate.WithLabelValues(s.cfg.Name).Set(st.Progress.Rate)
+				}
+			}
+			n.metrics.Owned.WithLabelValues(s.cfg.Name).Set(owned)
+		}
+		if alive, err := n.st.Nodes(ctx); err == nil {
+			n.metrics.NodesUp.Set(float64(len(alive)))
+		}
+	}
+}
+
+// startSlurm starts the Slurm drainer when the site enables Slurm.
+func (n *Node) startSlurm() {
+	if !n.cfg.Slurm.Enabled {
+		return
+	}
+	n.drainer = hooks.New(hooks.Config{
+		Slurm:     slurm.New(slurm.Options{Path: n.cfg.Slurm.Scontrol, Logger: n.log.With("layer", "slurm")}),
+		SlurmName: n.cfg.SlurmName,
+		Redundant: n.nodeRedundant,
+		Logger:    n.log.With("layer", "slurm"),
+	})
+}
+
+func (n *Node) slurmDrain(node, reason string) {
+	if n.drainer != nil {
+		n.drainer.DrainFailedNode(node, reason)
+	}
+}
+
+func (n *Node) slurmResume(node, _ string) {
+	if n.drainer != nil {
+		n.drainer.ResumeWhenRedundant(node)
+	}
+}
+
+// nodeRedundant: node is up and every member on it is in sync.
+func (n *Node) nodeRedundant(ctx context.Context, node string) (bool, error) {
+	var v clusterView
+	if _, err := n.st.Get(ctx, store.Observed, "cluster", "view", &v); err != nil {
+		return false, err
+	}
+	for _, nv := range v.Nodes {
+		if nv.Name == node && nv.State != "up" {
+			return false, nil
+		}
+	}
+	for _, a := range v.Arrays {
+		for _, m := range a.Members {
+			if m.Node == node && m.State != "ok" {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,253 @@
+// Package node is tier0d: it wires the layers of one node together per the
+// site configuration.
+//
+//	local drives ──► backend target (exports them to the other nodes)
+//	backend host ──► imports the members of the arrays this node owns
+//	RAID engine  ──► one array per owned array
+//	frontend target: every array's namespace on every node, ANA optimized
+//	                 only where the array is owned
+//
+// Cluster state lives in etcd (package store). One node at a time, the
+// coordinator (an etcd election), runs the failover state machine (package
+// cluster) and hands each action to the node that must perform it through
+// a task key; the node performs it and reports the outcome through a
+// report key, which the coordinator feeds back to the machine. Self-fencing
+// does not wait for the coordinator: a node that cannot renew its lease
+// turns every ANA state inaccessible and stops its arrays on its own.
+// docs/CONTROL-PLANE.md describes the protocol and the order of actions.
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"tier0/daemon/api"
+	"tier0/daemon/blockdev"
+	"tier0/daemon/config"
+	"tier0/daemon/store"
+	"tier0/daemon/target"
+	"tier0/slurm-plugin/hooks"
+)
+
+// Options configure a node daemon.
+type Options struct {
+	// Config is the loaded site configuration.
+	Config *config.Config
+	// Name is this node's name in Config.
+	Name string
+	// Logger (default: discard).
+	Logger *slog.Logger
+	// Tick is the coordinator's state machine tick (default 500 ms).
+	Tick time.Duration
+	// Token authorizes mutating API calls; empty disables them.
+	Token string
+}
+
+// Node is one running tier0d.
+type Node struct {
+	opts Options
+	cfg  *config.Config
+	me   *config.Node
+	log  *slog.Logger
+
+	drives   map[string]blockdev.Device // local drives by name
+	backend  *target.Target
+	frontend *target.Target
+	st       *store.Store
+	live     *store.Liveness
+	api      *api.Server
+	metrics  *api.Metrics
+	drainer  *hooks.Drainer
+
+	mu       sync.Mutex
+	arrays   map[string]*served // every configured array, by name
+	fenced   bool               // self-fenced: lease lost
+	started  time.Time
+	coord    bool   // this node is the coordinator now
+	lastView string // last published cluster view, without its time
+}
+
+// New checks the configuration for this node. Nothing is opened until Run.
+func New(opts Options) (*Node, error) {
+	if opts.Config == nil {
+		return nil, errors.New("node: no site configuration given")
+	}
+	me, ok := opts.Config.Node(opts.Name)
+	if !ok {
+		var names []string
+		for _, n := range opts.Config.Nodes {
+			names = append(names, n.Name)
+		}
+		return nil, fmt.Errorf("node %q is not in site config %s; expected one of %s", opts.Name, opts.Config.File, strings.Join(names, ", "))
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Tick == 0 {
+		opts.Tick = 500 * time.Millisecond
+	}
+	return &Node{
+		opts:   opts,
+		cfg:    opts.Config,
+		me:     me,
+		log:    opts.Logger.With("node", opts.Name),
+		drives: map[string]blockdev.Device{},
+		arrays: map[string]*served{},
+	}, nil
+}
+
+// Run starts every role of the node and blocks until ctx ends or a role
+// fails; it then stops everything it started.
+func (n *Node) Run(ctx context.Context) error {
+	n.started = time.Now()
+	defer n.shutdown()
+	if err := n.openDrives(); err != nil {
+		return err
+	}
+	if err := n.startBackend(); err != nil {
+		return err
+	}
+	st, err := n.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	n.st = st
+	if err := n.publishDrives(ctx); err != nil {
+		return err
+	}
+	if err := n.startFrontend(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := n.startAPI(ctx); err != nil {
+		return err
+	}
+	n.startSlurm()
+	errc := make(chan error, 4)
+	go func() { errc <- n.livenessLoop(ctx) }()
+	go func() { errc <- n.taskLoop(ctx) }()
+	go func() { errc <- n.coordinatorLoop(ctx) }()
+	go n.housekeeping(ctx)
+	n.log.Info("tier0d running", "backend", n.me.AdvertiseAddr(n.me.Backend), "frontend", n.me.AdvertiseAddr(n.me.Frontend), "api", n.me.AdvertiseAddr(n.me.API))
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+}
+
+func (n *Node) shutdown() {
+	n.mu.Lock()
+	arrays := n.arrays
+	n.mu.Unlock()
+	for _, s := range arrays {
+		s.stop(false)
+	}
+	if n.drainer != nil {
+		n.drainer.Close()
+	}
+	if n.live != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.live.Close(cctx)
+		cancel()
+	}
+	if n.frontend != nil {
+		_ = n.frontend.Close()
+	}
+	if n.backend != nil {
+		_ = n.backend.Close()
+	}
+	for _, d := range n.drives {
+		_ = d.Close()
+	}
+	if n.st != nil {
+		_ = n.st.Close()
+	}
+}
+
+// stateDir is this node's private state directory.
+func (n *Node) stateDir(parts ...string) string {
+	base := n.cfg.Workdir
+	if base == "" {
+		base = "/var/lib/tier0"
+	}
+	return filepath.Join(append([]string{base, "state", n.me.Name}, parts...)...)
+}
+
+func (n *Node) openStore(ctx context.Context) (*store.Store, error) {
+	ec := n.cfg.ControlPlane.Etcd
+	o := store.Options{
+		Name:         n.me.Name,
+		Endpoints:    ec.Endpoints,
+		ClusterToken: "tier0-" + n.cfg.Cluster,
+		Prefix:       "/tier0/" + n.cfg.Cluster + "/",
+		Logger:       n.log.With("layer", "store"),
+		StartTimeout: 60 * time.Second,
+	}
+	if len(ec.Endpoints) == 0 {
+		for _, p := range n.cfg.EtcdPeers() {
+			o.Peers = append(o.Peers, store.Peer{Name: p.Node, ClientURL: p.ClientURL, PeerURL: p.PeerURL, ListenHost: p.ListenHost})
+		}
+		dd := ec.DataDir
+		if dd == "" {
+			dd = "etcd"
+		}
+		if !filepath.IsAbs(dd) {
+			dd = filepath.Join(n.cfg.Workdir, dd)
+		}
+		o.DataDir = filepath.Join(dd, n.me.Name)
+		if err := os.MkdirAll(filepath.Dir(o.DataDir), 0o755); err != nil {
+			return nil, fmt.Errorf("etcd data directory %s: %w", o.DataDir, err)
+		}
+	}
+	st, err := store.Open(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	return st, nil
+}
+
+// hostNQN is the NQN this node uses as an NVMe host on the backend.
+func hostNQN(cfg *config.Config, node string) string {
+	return fmt.Sprintf("%s:%s:node-%s", cfg.Fabrics.NQNPrefix, cfg.Cluster, strings.ToLower(node))
+}
+
+// hostID is this node's NVMe host ID; reservations are keyed by it.
+func hostID(cfg *config.Config, node string) [16]byte {
+	return derive16("hostid", cfg.Cluster, node)
+}
+
+// derive16 returns 16 stable bytes for a name (NGUID, UUID, host ID),
+// formatted as an RFC 4122 version-5-like UUID.
+func derive16(parts ...string) [16]byte {
+	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	var u [16]byte
+	copy(u[:], h[:16])
+	u[6] = u[6]&0x0f | 0x50
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+// nodeIndex is the node's position in the config (for disjoint controller
+// ID ranges).
+func (n *Node) nodeIndex() int {
+	for i := range n.cfg.Nodes {
+		if n.cfg.Nodes[i].Name == n.me.Name {
+			return i
+		}
+	}
+	return 0
+}

@@ -1,0 +1,216 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"tier0/daemon/cluster"
+)
+
+// The task protocol. The coordinator writes each action addressed to a
+// node under tasks/<node>/<seq>; the node performs it, deletes the key and
+// writes what happened under reports/<seq> as a report, which the
+// coordinator turns back into a state machine event and deletes. Actions
+// carry the ownership epoch, and a node checks it against the store before
+// acting, so a task that outlived its decision does nothing harmful.
+
+// task is one action for a node.
+type task struct {
+	Kind   string          `json:"kind"`
+	Action json.RawMessage `json:"action"`
+}
+
+// report is the outcome of a task, or an observation of the owner.
+type report struct {
+	Kind        string `json:"kind"` // an event name of package cluster
+	Array       string `json:"array,omitempty"`
+	Node        string `json:"node,omitempty"`
+	Epoch       uint64 `json:"epoch,omitempty"`
+	Member      string `json:"member,omitempty"`
+	Percent     int    `json:"percent,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	Winner      string `json:"winner,omitempty"`
+	WinnerEpoch uint64 `json:"winner_epoch,omitempty"`
+}
+
+// event converts a report into the state machine's event.
+func (r report) event() (cluster.Event, error) {
+	switch r.Kind {
+	case "fence-done":
+		return cluster.FenceDone{Array: r.Array, Node: r.Node, Epoch: r.Epoch}, nil
+	case "fence-failed":
+		return cluster.FenceFailed{Array: r.Array, Node: r.Node, Epoch: r.Epoch, Reason: r.Reason}, nil
+	case "ownership-lost":
+		return cluster.OwnershipLost{Array: r.Array, Node: r.Node, Epoch: r.Epoch, Winner: r.Winner, WinnerEpoch: r.WinnerEpoch}, nil
+	case "assembled":
+		return cluster.ArrayAssembled{Array: r.Array, Node: r.Node, Epoch: r.Epoch}, nil
+	case "assemble-failed":
+		return cluster.AssembleFailed{Array: r.Array, Node: r.Node, Epoch: r.Epoch, Reason: r.Reason}, nil
+	case "released":
+		return cluster.Released{Array: r.Array, Node: r.Node, Epoch: r.Epoch}, nil
+	case "resync-done":
+		return cluster.ResyncDone{Array: r.Array, Member: r.Member}, nil
+	case "rebuild-done":
+		return cluster.RebuildDone{Array: r.Array, Member: r.Member}, nil
+	case "progress":
+		return cluster.RebuildProgress{Array: r.Array, Member: r.Member, Percent: r.Percent}, nil
+	case "member-failed":
+		return cluster.MemberFailed{Array: r.Array, Member: r.Member}, nil
+	case "drain":
+		return cluster.DrainRequested{Node: r.Node}, nil
+	case "undrain":
+		return cluster.UndrainRequested{Node: r.Node}, nil
+	case "failback":
+		return cluster.FailbackRequested{Array: r.Array}, nil
+	case "drive-replaced":
+		return cluster.DriveReplaced{Drive: r.Member}, nil
+	}
+	return nil, fmt.Errorf("report kind %q is not known", r.Kind)
+}
+
+func (n *Node) key(parts ...string) string {
+	return "/tier0/" + n.cfg.Cluster + "/" + strings.Join(parts, "/")
+}
+
+var seqCounter atomic.Uint64
+
+// seq is a key suffix that sorts in creation order.
+func seq() string {
+	return fmt.Sprintf("%020d-%06d", time.Now().UnixNano(), seqCounter.Add(1)%1000000)
+}
+
+// sendTask hands an action to its node.
+func (n *Node) sendTask(ctx context.Context, a cluster.Action) error {
+	kind := strings.ToLower(fmt.Sprintf("%T", a))
+	kind = kind[strings.LastIndex(kind, ".")+1:]
+	raw, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(task{Kind: kind, Action: raw})
+	_, err = n.st.Client().Put(ctx, n.key("tasks", a.Performer(), seq()), string(b))
+	return err
+}
+
+// sendReport tells the coordinator what happened.
+func (n *Node) sendReport(r report) {
+	if r.Node == "" {
+		r.Node = n.me.Name
+	}
+	b, _ := json.Marshal(r)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := n.st.Client().Put(ctx, n.key("reports", seq()), string(b)); err != nil {
+		n.log.Warn("report lost; the coordinator will time the step out and retry", "report", r.Kind, "array", r.Array, "err", err)
+	}
+}
+
+// taskLoop performs the tasks addressed to this node, in order per array.
+func (n *Node) taskLoop(ctx context.Context) error {
+	prefix := n.key("tasks", n.me.Name) + "/"
+	queues := map[string]chan task{}
+	queue := func(name string) chan task {
+		q, ok := queues[name]
+		if !ok {
+			q = make(chan task, 64)
+			queues[name] = q
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case t := <-q:
+						n.perform(ctx, t)
+					}
+				}
+			}()
+		}
+		return q
+	}
+	handle := func(key string, value []byte) {
+		var t task
+		if err := json.Unmarshal(value, &t); err != nil {
+			n.log.Warn("malformed task dropped", "key", key, "err", err)
+		} else {
+			var probe struct{ Array string }
+			_ = json.Unmarshal(t.Action, &probe)
+			queue(probe.Array) <- t
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, _ = n.st.Client().Delete(dctx, key)
+		cancel()
+	}
+	cli := n.st.Client()
+	for ctx.Err() == nil {
+		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		kvs := resp.Kvs
+		sort.Slice(kvs, func(i, j int) bool { return string(kvs[i].Key) < string(kvs[j].Key) })
+		for _, kv := range kvs {
+			handle(string(kv.Key), kv.Value)
+		}
+		wc := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wc {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					handle(string(ev.Kv.Key), ev.Kv.Value)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// perform runs one task.
+func (n *Node) perform(ctx context.Context, t task) {
+	var err error
+	switch t.Kind {
+	case "fence":
+		var a cluster.Fence
+		if err = json.Unmarshal(t.Action, &a); err == nil {
+			n.doFence(ctx, a)
+		}
+	case "assemble":
+		var a cluster.Assemble
+		if err = json.Unmarshal(t.Action, &a); err == nil {
+			n.doAssemble(ctx, a)
+		}
+	case "release":
+		var a cluster.Release
+		if err = json.Unmarshal(t.Action, &a); err == nil {
+			n.doRelease(a)
+		}
+	case "setana":
+		var a cluster.SetANA
+		if err = json.Unmarshal(t.Action, &a); err == nil {
+			n.doSetANA(ctx, a)
+		}
+	case "resync", "rebuild":
+		var a cluster.Resync
+		if err = json.Unmarshal(t.Action, &a); err == nil {
+			n.doRepair(ctx, a.Array, a.Member, t.Kind == "rebuild")
+		}
+	case "selffence":
+		n.selfFence("the coordinator says this node lost its lease")
+	case "export":
+		// The backend exports every local drive from start to stop.
+	default:
+		n.log.Warn("unknown task ignored", "kind", t.Kind)
+	}
+	if err != nil {
+		n.log.Warn("malformed task", "kind", t.Kind, "err", err)
+	}
+}
