@@ -131,6 +131,13 @@ func (n *Node) coordinate(ctx context.Context) error {
 	}
 	n.dispatch(ctx, m)
 
+	// Every tick, nodes with a live lease count as heartbeats, so that the
+	// machine knows when each lost node was last seen (failover durations
+	// are measured from there).
+	live := map[string]bool{}
+	for name := range alive {
+		live[name] = true
+	}
 	nodes := n.st.WatchNodes(ctx, 0)
 	reports := n.watchReports(ctx)
 	tick := time.NewTicker(n.opts.Tick)
@@ -144,8 +151,10 @@ func (n *Node) coordinate(ctx context.Context) error {
 				return fmt.Errorf("node watch closed")
 			}
 			if ne.Alive {
+				live[ne.Node] = true
 				step(cluster.NodeReturned{Node: ne.Node})
 			} else {
+				delete(live, ne.Node)
 				step(cluster.LeaseExpired{Node: ne.Node})
 			}
 		case r, ok := <-reports:
@@ -160,6 +169,9 @@ func (n *Node) coordinate(ctx context.Context) error {
 			step(ev)
 		case <-tick.C:
 			m.Tick()
+			for name := range live {
+				step(cluster.Heartbeat{Node: name})
+			}
 		}
 		n.dispatch(ctx, m)
 		n.publishView(ctx, m)
