@@ -215,11 +215,28 @@ func (n *Node) FailDrive(ctx context.Context, drive string) error {
 	if err != nil {
 		return err
 	}
+	v, _ := n.view(ctx)
 	for _, name := range arrays {
+		// The owner fails the member in the running RAID at once; the
+		// coordinator records it and waits for a replacement.
+		for _, a := range v.Arrays {
+			if a.Name == name && a.Owner != "" {
+				if err := n.sendTask(ctx, failMember{Array: name, Node: a.Owner, Member: drive}); err != nil {
+					return fmt.Errorf("%v: %w", err, api.ErrUnavailable)
+				}
+			}
+		}
 		n.sendReport(report{Kind: "member-failed", Array: name, Member: drive})
 	}
 	return nil
 }
+
+// failMember is the operator's "this drive failed" for the owner of an
+// array; it is sent as a task like the state machine's actions.
+type failMember struct{ Array, Node, Member string }
+
+func (a failMember) Performer() string { return a.Node }
+func (a failMember) String() string    { return "fail-member " + a.Array + " " + a.Member }
 
 // ReplaceDrive implements api.Backend.
 func (n *Node) ReplaceDrive(ctx context.Context, drive string) error {

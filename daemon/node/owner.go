@@ -485,3 +485,24 @@ func (n *Node) selfFence(reason string) {
 		s.stop(true)
 	}
 }
+
+// doFailMember fails a member of a running array on the operator's word.
+func (n *Node) doFailMember(a failMember) {
+	s := n.served(a.Array)
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.role(a.Member)
+	if s.array == nil || i < 0 {
+		return
+	}
+	if err := s.array.FailMember(i, "failed by the operator"); err != nil {
+		n.log.Warn("fail member", "array", a.Array, "member", a.Member, "err", err)
+		return
+	}
+	delete(s.pending, i)
+	s.dropMember(i)
+	n.log.Info("member failed by the operator", "array", a.Array, "member", a.Member)
+}

@@ -203,6 +203,11 @@ func (n *Node) perform(ctx context.Context, t task) {
 		if err = json.Unmarshal(t.Action, &a); err == nil {
 			n.doRepair(ctx, a.Array, a.Member, t.Kind == "rebuild")
 		}
+	case "failmember":
+		var a failMember
+		if err = json.Unmarshal(t.Action, &a); err == nil {
+			n.doFailMember(a)
+		}
 	case "selffence":
 		n.selfFence("the coordinator says this node lost its lease")
 	case "export":
