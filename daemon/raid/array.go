@@ -56,6 +56,11 @@ type Array struct {
 	jl *journal
 	bg *background
 
+	// resyncing: a mirror resync is pending; mirror reads go to the
+	// resync source (the first active member) so that a value once read
+	// does not change when the resync copies over it.
+	resyncing atomic.Bool
+
 	fgOps      atomic.Int64
 	fgInflight atomic.Int64
 	rr         atomic.Uint64
@@ -421,7 +426,7 @@ func (a *Array) writeSuperblocks() error {
 		a.mu.Lock()
 		a.sbt.Events++
 		base := a.sbt
-		base.LogTail = a.jl.persistTail()
+		base.LogTail, base.LogSeq = a.jl.persistTail()
 		for r := range a.members {
 			m := a.member(r)
 			base.RoleState[r], base.RoleFull[r], base.Recovery[r] = roleFailed, 0, 0
@@ -710,7 +715,15 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 	a.mu.Lock()
 	a.members[index].Store(nm)
 	a.mu.Unlock()
-	// New bitmap and superblock on the member before it takes writes.
+	// Empty log, new bitmap and superblock on the member before it
+	// takes writes (its old log entries must never be replayed).
+	zero := blockdev.AlignedBuffer(metaBlock)
+	for k := 0; k < a.jl.slots; k++ {
+		if _, err := dev.WriteAt(zero, a.jl.slotOff(k)); err != nil {
+			a.fail(nm, "log reset: "+err.Error())
+			return err
+		}
+	}
 	if err := a.bm.writeAll(dev); err != nil {
 		a.fail(nm, "bitmap write: "+err.Error())
 		return err

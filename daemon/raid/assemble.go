@@ -156,14 +156,27 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 	if err := a.bm.load(); err != nil {
 		return nil, rejected, err
 	}
+	for r := 0; r < g.Members; r++ {
+		if m := a.member(r); uint8(m.state.Load()) == roleRebuilding && !m.full {
+			m.dirty = a.bm.snapshot()
+		}
+	}
 	clean := ref.Flags&flagClean != 0
+	// Sequence numbers continue above anything ever logged.
+	// Sequence numbers continue above anything ever logged; the tail
+	// stays where it was until the replay is done.
+	a.jl.nextSeq = max(ref.LogSeq, 1)
+	a.jl.tail = a.jl.nextSeq
+	if !clean && a.logOn {
+		a.jl.tail = max(ref.LogTail, 1)
+	}
 	a.sbt.Flags &^= flagClean
 	if err := a.writeSuperblocks(); err != nil {
 		return nil, rejected, err
 	}
 	a.dirtyOnSB.Store(true)
 	if !clean && a.logOn {
-		n, err := a.jl.replay(ref.LogTail)
+		n, err := a.jl.replay(ref.LogTail, ref.LogSeq)
 		if err != nil {
 			return nil, rejected, fmt.Errorf("array %s: replaying the partial parity log: %w", fmtUUID(ref.ArrayUUID), err)
 		}
@@ -178,13 +191,11 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 	a.bg.start()
 	for r := 0; r < g.Members; r++ {
 		if m := a.member(r); m != nil && uint8(m.state.Load()) == roleRebuilding {
-			if !m.full {
-				m.dirty = a.bm.snapshot()
-			}
 			a.bg.enqueue(task{kind: taskRebuild, role: r})
 		}
 	}
 	if (!clean || a.bm.count() > 0) && g.ParityDisks > 0 {
+		a.resyncing.Store(true)
 		a.bg.enqueue(task{kind: taskResync})
 	}
 	if missing > 0 {

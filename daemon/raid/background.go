@@ -225,6 +225,7 @@ func (a *Array) runTask(t task) {
 // resync makes the parity (or mirrors) of every dirty bitmap region agree
 // with the data, then clears those bits.
 func (a *Array) resync() error {
+	defer a.resyncing.Store(false)
 	dirty := a.bm.snapshot()
 	var n int64
 	for _, d := range dirty {
@@ -250,7 +251,7 @@ func (a *Array) resync() error {
 			// rebuild (their writes went through the log).
 			a.lockStripe(s)
 			var err error
-			if a.allInSync(s) {
+			if a.geo.Level == RAID1 || a.allInSync(s) {
 				_, _, err = a.syncStripe(s, true, false)
 			}
 			a.unlockStripe(s)
@@ -325,14 +326,18 @@ func (a *Array) rebuild(role int) error {
 			return err
 		}
 		if p.step(a.geo.ChunkSize) {
-			// Checkpoint: what is below recovery is durable.
-			if err := a.call(m, "flush", m.dev.Flush); err == nil {
+			// Checkpoint: what is below recovery is durable, on this
+			// member and on the others it was computed from.
+			if err := a.flushMembers(); err == nil {
 				a.writeSuperblocks()
 			}
 		}
 	}
-	if err := a.call(m, "flush", m.dev.Flush); err != nil {
+	if err := a.flushMembers(); err != nil {
 		return err
+	}
+	if uint8(m.state.Load()) != roleRebuilding {
+		return fmt.Errorf("member %d failed at the end of its rebuild: %w", role, ErrDegraded)
 	}
 	a.mu.Lock()
 	m.state.Store(uint32(roleActive))
@@ -409,7 +414,7 @@ func (a *Array) syncStripe(s int64, fix, locate bool) (bool, bool, error) {
 		mismatch := false
 		for r := range a.members {
 			m := a.member(r)
-			if !a.inSync(m, s) {
+			if !a.inSync(m, s) || (ref == nil && uint8(m.state.Load()) != roleActive) {
 				continue
 			}
 			buf := blockdev.AlignedBuffer(int(C))
@@ -567,9 +572,16 @@ func (a *Array) Check() error {
 	}
 	var bad []int64
 	for s := int64(0); s < a.geo.Stripes; s++ {
-		a.lockStripe(s)
-		mismatch, _, err := a.syncStripe(s, false, false)
-		a.unlockStripe(s)
+		var mismatch bool
+		var err error
+		for attempt := 0; attempt <= a.geo.Members; attempt++ {
+			a.lockStripe(s)
+			mismatch, _, err = a.syncStripe(s, false, false)
+			a.unlockStripe(s)
+			if !errors.Is(err, errGone) {
+				break
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("raid %s check: stripe %d: %w", fmtUUID(a.uuid), s, err)
 		}

@@ -98,6 +98,9 @@ func (a *Array) readMirror(p []byte, off int64) error {
 			return err
 		}
 		start := int(a.rr.Add(1))
+		if a.resyncing.Load() {
+			start = 0
+		}
 		var m *member
 		for k := 0; k < n; k++ {
 			c := a.member((start + k) % n)
@@ -535,8 +538,9 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 			parity[k] = blockdev.AlignedBuffer(int(C))
 		}
 		a.coder.encode(data, parity)
-		if a.logOn && a.jl.needsMarker(s) {
+		if a.logOn && (a.jl.needsMarker(s) || fragile(dm)) {
 			ent = &logEntry{stripe: s, rlo: 0, rhi: C, mask: mask, zero: true}
+			logFragile(ent, dm, data)
 		}
 		for i := range data {
 			ops = append(ops, mop{m: dm[i], buf: data[i], off: a.moff(s, 0), write: true, fua: fua})
@@ -626,6 +630,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 			for k := range partial {
 				ent.partial[k] = partial[k]
 			}
+			logFragile(ent, dm, cols)
 		}
 		for i := 0; i < nd; i++ {
 			if mask&(1<<i) != 0 {
@@ -693,6 +698,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 					ent.missing[i] = cols[i]
 				}
 			}
+			logFragile(ent, dm, cols)
 		}
 		for i := 0; i < nd; i++ {
 			if mask&(1<<i) != 0 && din[i] {
@@ -727,10 +733,41 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 	// written covers the new content of every chunk.
 	err := a.run(ops)
 	a.jl.wrote(s)
+	if errors.Is(err, errGone) {
+		// A member failed mid-update. The survivors hold a consistent
+		// stripe, but the log entry may lack the lost member's new
+		// data: make the survivors durable before anyone relies on it.
+		err = a.flushMembers()
+	}
 	if err != nil && !errors.Is(err, errGone) {
 		return err
 	}
 	return nil
+}
+
+// fragile reports whether a data member is being rebuilt: its chunks are
+// in sync up to the rebuild position, but after a crash the rebuild
+// restarts from the last checkpoint, so they may count as missing then.
+func fragile(dm []*member) bool {
+	for _, m := range dm {
+		if uint8(m.state.Load()) == roleRebuilding {
+			return true
+		}
+	}
+	return false
+}
+
+// logFragile adds the new content of modified chunks on rebuilding
+// members to the entry, as for missing members.
+func logFragile(ent *logEntry, dm []*member, cols [][]byte) {
+	for i, m := range dm {
+		if ent.mask&(1<<i) != 0 && uint8(m.state.Load()) == roleRebuilding {
+			if ent.missing == nil {
+				ent.missing = map[int][]byte{}
+			}
+			ent.missing[i] = cols[i]
+		}
+	}
 }
 
 func retryOn(err error) error {

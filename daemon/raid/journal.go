@@ -115,13 +115,13 @@ func newJournal(a *Array, off int64, slots int, slotSize int64) *journal {
 func (j *journal) slotOff(k int) int64 { return j.off + int64(k)*j.slotSize }
 
 // persistTail is the tail to store in a superblock about to be written.
-func (j *journal) persistTail() uint64 {
+func (j *journal) persistTail() (tail, next uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.tail > j.written {
 		j.written = j.tail
 	}
-	return j.tail
+	return j.tail, j.nextSeq
 }
 
 // needsMarker reports whether stripe s has an entry that a replay could
@@ -296,6 +296,9 @@ func (j *journal) encode(e *logEntry, k int, tail uint64) []byte {
 	return buf
 }
 
+// debugf, when set (tests), traces log replay.
+var debugf func(format string, args ...any)
+
 type replayEntry struct {
 	h       entHeader
 	partial [2][]byte
@@ -305,15 +308,12 @@ type replayEntry struct {
 
 // replay applies the live entries of every present member's log in
 // sequence order. sbTail is the tail stored in the superblock.
-func (j *journal) replay(sbTail uint64) (int, error) {
+func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 	a := j.a
 	entries := map[uint64]*replayEntry{}
 	tail := sbTail
 	var mu sync.Mutex
 	errs := a.each(func(m *member) error {
-		if uint8(m.state.Load()) != roleActive {
-			return nil
-		}
 		for k := 0; k < j.slots; k++ {
 			hb := blockdev.AlignedBuffer(metaBlock)
 			if err := a.mread(m, hb, j.slotOff(k)); err != nil {
@@ -382,15 +382,20 @@ func (j *journal) replay(sbTail uint64) (int, error) {
 		}
 	}
 	slices.Sort(seqs)
+	if debugf != nil {
+		debugf("replay: tail %d, %d entries read, %d live", tail, len(entries), len(seqs))
+	}
 	for _, s := range seqs {
+		if debugf != nil {
+			e := entries[s]
+			debugf("replay seq %d stripe %d rows %d-%d mask %b zero %v partials %v %v missing %d", s, e.h.Stripe, e.h.RowLo, e.h.RowHi, e.h.ModMask, e.zero, e.partial[0] != nil, e.partial[1] != nil, len(e.missing))
+		}
 		if err := j.apply(entries[s]); err != nil {
 			return 0, err
 		}
 	}
 	j.mu.Lock()
-	if maxSeq+1 > j.nextSeq {
-		j.nextSeq = maxSeq + 1
-	}
+	j.nextSeq = max(j.nextSeq, maxSeq+1, sbSeq)
 	j.tail = j.nextSeq
 	j.mu.Unlock()
 	return len(seqs), nil
@@ -409,12 +414,9 @@ func (j *journal) apply(e *replayEntry) error {
 		if e.h.ModMask&(1<<i) == 0 {
 			continue
 		}
-		if d, ok := e.missing[i]; ok {
-			data[i] = d
-			continue
-		}
 		m := a.member(a.dataRole(s, i))
 		if !a.inSync(m, s) {
+			data[i] = e.missing[i] // nil when not logged
 			continue
 		}
 		buf := blockdev.AlignedBuffer(int(L))

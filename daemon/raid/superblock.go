@@ -56,6 +56,7 @@ type superblock struct {
 	LogSlots      uint32
 	LogSlotSize   uint32
 	LogTail       uint64
+	LogSeq        uint64 // next log sequence number at the time of writing
 	RoleState     [maxMembers]uint8
 	RoleFull      [maxMembers]uint8 // rebuilding role needs a full rebuild
 	Recovery      [maxMembers]uint64
