@@ -31,6 +31,10 @@ type Mem struct {
 	flushes  int
 }
 
+// maxVersions bounds the unflushed versions kept per block for
+// CrashRandom, so that a long test without flushes stays small.
+const maxVersions = 8
+
 // NewMem returns a zero-filled Mem of size bytes with the given logical
 // block size. size must be a positive multiple of blockSize and blockSize a
 // power of two of at least 512; NewMem panics otherwise (a test bug).
@@ -115,7 +119,13 @@ func (m *Mem) write(p []byte, off, length int64, durable bool) {
 			copy(blk, p[b*bs-off:])
 		}
 		if !durable {
-			m.versions[b] = append(m.versions[b], cloneOrNil(blk))
+			vs := m.versions[b]
+			if len(vs) == maxVersions {
+				// Forget the oldest intermediate version; the
+				// durable one and the latest are always kept.
+				vs = append(vs[:0], vs[1:]...)
+			}
+			m.versions[b] = append(vs, cloneOrNil(blk))
 		}
 	}
 }
@@ -187,7 +197,8 @@ func (m *Mem) Crash() {
 
 // CrashRandom simulates a power loss that leaves a torn state: each block
 // written since the last flush independently ends up with its durable
-// content or any one of the versions written to it since, chosen with r.
+// content or any one of the versions written to it since (the last 8 of
+// them), chosen with r.
 // Blocks are visited in order, so a seeded r gives a reproducible result.
 func (m *Mem) CrashRandom(r *rand.Rand) {
 	m.mu.Lock()
