@@ -78,27 +78,43 @@ func (p *Policy) defaults() {
 	}
 }
 
-// Create makes a new array over members (role i = members[i]), writing a
-// superblock, an empty bitmap and an empty log on each. Unless
-// cfg.AssumeClean, an initial parity sync runs in the background.
-func Create(members []blockdev.Device, cfg Config) (*Array, error) {
-	n := len(members)
+// Plan returns the geometry Create would give an array of cfg over
+// members devices of at least minSize bytes with the given block size,
+// without touching any device. The daemon uses it to size an array's
+// frontend namespace on every node before the array is first assembled.
+func Plan(cfg Config, members int, minSize int64, blockSize int) (Geometry, error) {
+	if err := cfg.check(members, blockSize); err != nil {
+		return Geometry{}, err
+	}
+	if minSize <= 0 {
+		return Geometry{}, fmt.Errorf("plan: member size %d: must be positive: %w", minSize, ErrInvalidConfig)
+	}
+	slots := cfg.LogSlots
+	if cfg.DisableLog {
+		slots = 0
+	}
+	g, _, err := layout(cfg.Level, members, int64(cfg.ChunkSize), blockSize, minSize, cfg.BitmapRegion, slots)
+	return g, err
+}
+
+// check validates cfg for n members and fills in defaults.
+func (cfg *Config) check(n, bs int) error {
 	if n > maxMembers {
-		return nil, fmt.Errorf("%d members: at most %d are supported: %w", n, maxMembers, ErrInvalidConfig)
+		return fmt.Errorf("%d members: at most %d are supported: %w", n, maxMembers, ErrInvalidConfig)
 	}
 	min := map[Level]int{RAID0: 2, RAID1: 2, RAID5: 3, RAID6: 4}
 	m, ok := min[cfg.Level]
 	if !ok {
-		return nil, fmt.Errorf("level %d: want 0, 1, 5 or 6: %w", cfg.Level, ErrInvalidConfig)
+		return fmt.Errorf("level %d: want 0, 1, 5 or 6: %w", cfg.Level, ErrInvalidConfig)
 	}
 	if n < m {
-		return nil, fmt.Errorf("%s needs at least %d members, got %d: %w", cfg.Level, m, n, ErrInvalidConfig)
+		return fmt.Errorf("%s needs at least %d members, got %d: %w", cfg.Level, m, n, ErrInvalidConfig)
 	}
 	if cfg.ChunkSize == 0 {
 		cfg.ChunkSize = 64 << 10
 	}
 	if cfg.ChunkSize < metaBlock || cfg.ChunkSize&(cfg.ChunkSize-1) != 0 {
-		return nil, fmt.Errorf("chunk size %d: want a power of two of at least %d: %w", cfg.ChunkSize, metaBlock, ErrInvalidConfig)
+		return fmt.Errorf("chunk size %d: want a power of two of at least %d: %w", cfg.ChunkSize, metaBlock, ErrInvalidConfig)
 	}
 	if cfg.BitmapRegion == 0 {
 		cfg.BitmapRegion = 4 << 20
@@ -106,6 +122,17 @@ func Create(members []blockdev.Device, cfg Config) (*Array, error) {
 	if cfg.LogSlots == 0 {
 		cfg.LogSlots = 32
 	}
+	if bs <= 0 || bs > metaBlock || cfg.ChunkSize%bs != 0 {
+		return fmt.Errorf("member block size %d: must divide %d and the chunk size %d: %w", bs, metaBlock, cfg.ChunkSize, ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Create makes a new array over members (role i = members[i]), writing a
+// superblock, an empty bitmap and an empty log on each. Unless
+// cfg.AssumeClean, an initial parity sync runs in the background.
+func Create(members []blockdev.Device, cfg Config) (*Array, error) {
+	n := len(members)
 	bs := 0
 	minSize := int64(-1)
 	for i, d := range members {
@@ -119,8 +146,8 @@ func Create(members []blockdev.Device, cfg Config) (*Array, error) {
 			minSize = d.Size()
 		}
 	}
-	if bs > metaBlock || cfg.ChunkSize%bs != 0 {
-		return nil, fmt.Errorf("member block size %d: must divide %d and the chunk size %d: %w", bs, metaBlock, cfg.ChunkSize, ErrInvalidConfig)
+	if err := cfg.check(n, bs); err != nil {
+		return nil, err
 	}
 	slots := cfg.LogSlots
 	if cfg.DisableLog {

@@ -174,7 +174,7 @@ func TestRAID6AnyTwoLosses(t *testing.T) {
 	n := 5
 	for x := 0; x < n; x++ {
 		for y := x + 1; y < n; y++ {
-			ms := newMems(n, memSize)
+			ms := newMems(n, 768<<10)
 			a := mustCreate(t, devs(ms), testCfg(RAID6, nil))
 			model := randBuf(rng, int(a.Size()))
 			mustWrite(t, a, 0, model)
@@ -492,5 +492,23 @@ func TestInitialSyncWithoutAssumeClean(t *testing.T) {
 	}
 	if err := a.Check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestPlanMatchesCreate(t *testing.T) {
+	for _, level := range []Level{RAID0, RAID1, RAID5, RAID6} {
+		ms := newMems(5, memSize)
+		cfg := testCfg(level, nil)
+		g, err := Plan(cfg, 5, memSize, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := mustCreate(t, devs(ms), cfg)
+		if g != a.Geometry() {
+			t.Fatalf("%s: Plan %+v, Create %+v", level, g, a.Geometry())
+		}
+	}
+	if _, err := Plan(Config{Level: RAID5}, 2, memSize, 512); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("raid5 over 2 members: %v", err)
 	}
 }
