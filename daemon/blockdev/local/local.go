@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -47,8 +48,10 @@ type Options struct {
 	// size is used; a larger BlockSize (a multiple of it) may be asked.
 	BlockSize int
 	// Size is the size of a regular file in bytes. With Create, a missing
-	// file is created and a shorter file extended (sparsely) to Size.
-	// 0 means the file's current size rounded down to the block size.
+	// file (and its directory) is created and a shorter file extended
+	// (sparsely) to Size. 0 means the file's current size rounded down to
+	// the block size. On a block device a smaller Size limits the part
+	// used.
 	Size int64
 	// Create creates a missing regular file (Size must then be set).
 	Create bool
@@ -115,6 +118,8 @@ func Open(path string, o Options) (*Device, error) {
 		}
 	} else if !o.Create {
 		return nil, fmt.Errorf("open %s: %w", path, err)
+	} else if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create the directory of %s: %w", path, err)
 	}
 	d := &Device{path: path, log: log, direct: true}
 	fd, err := unix.Open(path, flags|unix.O_DIRECT, 0o644)

@@ -35,7 +35,7 @@ func diskDir(t testing.TB) string {
 func openFile(t testing.TB, size int64, o Options) *Device {
 	t.Helper()
 	o.Size, o.Create = size, true
-	d, err := Open(filepath.Join(diskDir(t), "dev.img"), o)
+	d, err := Open(filepath.Join(diskDir(t), "sub", "dev.img"), o)
 	if errors.Is(err, ErrNoDirectIO) {
 		t.Skipf("temp dir refuses O_DIRECT: %v", err)
 	}
