@@ -275,3 +275,74 @@ func TestRecorder(t *testing.T) {
 		t.Fatal("Reset")
 	}
 }
+
+// TestMemModel drives Mem with random writes, zeroes, FUA writes and
+// flushes against a plain model of "current" and "durable" content, and
+// checks reads, Crash and CrashRandom against it, over a ladder of seeds.
+func TestMemModel(t *testing.T) {
+	const bs, blocks = 512, 64
+	for seed := int64(0); seed < 50; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		m := NewMem(bs*blocks, bs)
+		cur := make([]byte, bs*blocks)
+		durable := make([]byte, bs*blocks)
+		seen := map[int][][]byte{} // block -> versions since last flush
+		for step := 0; step < 200; step++ {
+			b := rng.Intn(blocks)
+			n := 1 + rng.Intn(min(4, blocks-b))
+			off := int64(b * bs)
+			switch op := rng.Intn(10); {
+			case op < 5:
+				p := fill(n*bs, byte(1+rng.Intn(255)))
+				m.WriteAt(p, off)
+				copy(cur[off:], p)
+				for i := b; i < b+n; i++ {
+					seen[i] = append(seen[i], p[:bs])
+				}
+			case op < 6:
+				m.WriteZeroes(off, int64(n*bs))
+				clear(cur[off : off+int64(n*bs)])
+				for i := b; i < b+n; i++ {
+					seen[i] = append(seen[i], make([]byte, bs))
+				}
+			case op < 7:
+				p := fill(n*bs, byte(1+rng.Intn(255)))
+				m.WriteAtFUA(p, off)
+				copy(cur[off:], p)
+				copy(durable[off:], p)
+				for i := b; i < b+n; i++ {
+					delete(seen, i)
+				}
+			case op < 8:
+				m.Flush()
+				copy(durable, cur)
+				clear(seen)
+			default:
+				got := make([]byte, n*bs)
+				m.ReadAt(got, off)
+				if !bytes.Equal(got, cur[off:off+int64(n*bs)]) {
+					t.Fatalf("seed %d step %d: read differs from model", seed, step)
+				}
+			}
+		}
+		if seed%2 == 0 {
+			m.Crash()
+			if !bytes.Equal(m.Snapshot(), durable) {
+				t.Fatalf("seed %d: after Crash the content is not the durable model", seed)
+			}
+			continue
+		}
+		m.CrashRandom(rng)
+		s := m.Snapshot()
+		for i := 0; i < blocks; i++ {
+			blk := s[i*bs : (i+1)*bs]
+			ok := bytes.Equal(blk, durable[i*bs:(i+1)*bs])
+			for _, v := range seen[i] {
+				ok = ok || bytes.Equal(blk, v)
+			}
+			if !ok {
+				t.Fatalf("seed %d: block %d after CrashRandom is neither durable nor a written version", seed, i)
+			}
+		}
+	}
+}

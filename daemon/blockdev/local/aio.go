@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -122,7 +123,12 @@ func (r *aioRing) do(fd int, write bool, p []byte, off int64, rwFlags uint32) (i
 	cbp := &s.cb
 	for {
 		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, r.ctx, 1, uintptr(unsafe.Pointer(&cbp)))
-		if e == unix.EINTR || e == unix.EAGAIN {
+		if e == unix.EINTR {
+			continue
+		}
+		if e == unix.EAGAIN {
+			// The kernel is out of AIO resources for a moment.
+			time.Sleep(50 * time.Microsecond)
 			continue
 		}
 		if e != 0 {

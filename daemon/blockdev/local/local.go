@@ -375,7 +375,9 @@ func (d *Device) WriteAtFUA(p []byte, off int64) (int, error) {
 		if err == nil {
 			return n, nil
 		}
-		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+		// EINVAL: an old kernel that knows neither RWF_DSYNC in AIO
+		// nor pwritev2 flags (the range itself was checked).
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
 			return n, d.ioErr("write-fua", off, len(p), err)
 		}
 		d.noFUA.Store(true)
