@@ -128,7 +128,7 @@ func randomRun(t *testing.T, seed uint64, steps int) string {
 
 func TestRandomInvariants(t *testing.T) {
 	seeds, steps := 300, 60
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		seeds = 40
 	}
 	for seed := range uint64(seeds) {
