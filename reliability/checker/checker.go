@@ -1,0 +1,323 @@
+// Package checker is tier0's acknowledged-write checker: a workload that
+// writes self-describing blocks to one or more devices, remembers which
+// writes were acknowledged and which were in flight (their outcome unknown)
+// when something failed, and afterwards verifies every block it wrote.
+//
+// It follows the idea of Jepsen's register checker, per 4 KiB unit: each
+// unit is a register, every write puts a new generation into it, and a read
+// after any sequence of faults must return
+//
+//   - the newest generation whose write was acknowledged, or
+//   - a newer generation whose write was issued but not acknowledged (in
+//     flight when a fault hit: it may or may not have landed),
+//
+// never an older generation (stale: an acknowledged write was lost or a
+// fenced owner's late write landed), never zeroes once a write was
+// acknowledged (lost), and never a torn or foreign block (corrupt).
+//
+// Blocks use the bench package's verify unit format (bench.FillUnit): a
+// 32-byte header with magic, CRC32C, device id, LBA and generation, then a
+// pattern derived from them, so that a torn unit fails its CRC and a unit
+// written to the wrong place names where it belonged.
+//
+// # Concurrency
+//
+// Each target's units are split into contiguous slices, one per worker, and
+// a unit is only ever written by the worker that owns its slice, one write
+// at a time. Writes to one unit are therefore totally ordered by issue, and
+// generations increase along that order, which is what makes "older" well
+// defined. Many workers (and targets) run at once.
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tier0/bench"
+	"tier0/daemon/blockdev"
+)
+
+// UnitSize is the size of one checked unit (one register).
+const UnitSize = bench.VerifyUnit
+
+// Target is one device the checker writes to: Units units starting at byte
+// Offset (a multiple of UnitSize and of the device's block size).
+type Target struct {
+	// Name identifies the device in verify headers and reports (the array
+	// name). Two targets must not share a name.
+	Name string
+	// Dev is the device. The checker does not close it.
+	Dev blockdev.Device
+	// Offset is where the checked region starts, in bytes.
+	Offset int64
+	// Units is the size of the region in units (default: as many as fit,
+	// at most 2048).
+	Units int
+}
+
+// Options tune the workload.
+type Options struct {
+	// Workers per target (default 4).
+	Workers int
+	// MaxRun is the largest write in units (default 4); each write covers
+	// 1..MaxRun consecutive units, chosen at random.
+	MaxRun int
+	// ReadPercent of operations are read-backs checked at once (default
+	// 0: writes only). A read-back of a unit not being written must
+	// satisfy the same rule as the final verification.
+	ReadPercent int
+	// FUA makes every write a Force Unit Access write when the device
+	// supports it, so that an acknowledged write is durable without a
+	// flush (default true via New; set NoFUA to turn it off).
+	NoFUA bool
+	// ErrorBackoff is how long a worker pauses after a failed I/O
+	// (default 20 ms).
+	ErrorBackoff time.Duration
+	// Seed makes the choice of units and run lengths reproducible.
+	Seed uint64
+	// MaxProblems is how many problems a Report lists in detail
+	// (default 20); all of them are counted.
+	MaxProblems int
+	// Logger (default: discard).
+	Logger *slog.Logger
+}
+
+// unitState is what the checker knows about one unit. Only the worker
+// owning the unit's slice touches it while a workload runs.
+type unitState struct {
+	acked uint64 // newest acknowledged generation; 0: none
+	// pending are generations newer than acked whose writes were issued
+	// but not acknowledged: each may or may not be on the device.
+	pending []uint64
+}
+
+type target struct {
+	Target
+	id    uint64 // bench.DeviceHash(Name)
+	units []unitState
+	fua   blockdev.FUAWriter // nil: plain WriteAt
+}
+
+// Checker runs the workload and verifies the result. Its methods are safe
+// for concurrent use, except that Run and Verify must not overlap.
+type Checker struct {
+	opts    Options
+	log     *slog.Logger
+	targets []*target
+	gen     atomic.Uint64
+	runs    atomic.Uint64 // seeds for successive Run calls
+
+	running sync.Mutex // held by Run and Verify
+
+	issued, acked, failed, inflight atomic.Int64
+	reads, readErrs                 atomic.Int64
+
+	mu       sync.Mutex
+	online   Report // problems found by read-backs during Run
+	lastErrs []string
+}
+
+// New prepares a checker over targets.
+func New(targets []Target, opts Options) (*Checker, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("checker: no targets given; pass at least one device")
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.MaxRun <= 0 {
+		opts.MaxRun = 4
+	}
+	if opts.ErrorBackoff <= 0 {
+		opts.ErrorBackoff = 20 * time.Millisecond
+	}
+	if opts.MaxProblems <= 0 {
+		opts.MaxProblems = 20
+	}
+	if opts.ReadPercent < 0 || opts.ReadPercent > 100 {
+		return nil, fmt.Errorf("checker: read percent %d out of range; expected 0..100", opts.ReadPercent)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Checker{opts: opts, log: opts.Logger}
+	names := map[string]bool{}
+	for _, t := range targets {
+		if t.Dev == nil {
+			return nil, fmt.Errorf("checker: target %q has no device", t.Name)
+		}
+		if names[t.Name] {
+			return nil, fmt.Errorf("checker: target name %q given twice; names must be unique", t.Name)
+		}
+		names[t.Name] = true
+		bs := int64(t.Dev.BlockSize())
+		if UnitSize%bs != 0 {
+			return nil, fmt.Errorf("checker: target %s: block size %d does not divide the %d-byte unit", t.Name, bs, UnitSize)
+		}
+		if t.Offset < 0 || t.Offset%UnitSize != 0 {
+			return nil, fmt.Errorf("checker: target %s: offset %d is not a multiple of %d", t.Name, t.Offset, UnitSize)
+		}
+		fit := (t.Dev.Size() - t.Offset) / UnitSize
+		if t.Units <= 0 {
+			t.Units = int(min(fit, 2048))
+		}
+		if int64(t.Units) > fit || t.Units < opts.Workers {
+			return nil, fmt.Errorf("checker: target %s: %d units at offset %d do not fit the %d-byte device, or are fewer than the %d workers",
+				t.Name, t.Units, t.Offset, t.Dev.Size(), opts.Workers)
+		}
+		tt := &target{Target: t, id: bench.DeviceHash(t.Name), units: make([]unitState, t.Units)}
+		if f, ok := t.Dev.(blockdev.FUAWriter); ok && !opts.NoFUA {
+			tt.fua = f
+		}
+		c.targets = append(c.targets, tt)
+	}
+	return c, nil
+}
+
+// Progress is a snapshot of the workload's counters.
+type Progress struct {
+	// Issued writes, Acked (acknowledged) ones, Failed ones (returned an
+	// error: outcome unknown) and InFlight ones (issued, not returned).
+	Issued, Acked, Failed, InFlight int64
+	// Reads checked online and read errors.
+	Reads, ReadErrors int64
+}
+
+// Progress returns the counters now. Taken when a fault is injected, its
+// InFlight says how many writes the fault caught mid-way.
+func (c *Checker) Progress() Progress {
+	return Progress{Issued: c.issued.Load(), Acked: c.acked.Load(), Failed: c.failed.Load(), InFlight: c.inflight.Load(),
+		Reads: c.reads.Load(), ReadErrors: c.readErrs.Load()}
+}
+
+// LastErrors returns the most recent distinct I/O errors the workload saw
+// (at most 5), for reports.
+func (c *Checker) LastErrors() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.lastErrs...)
+}
+
+func (c *Checker) noteErr(err error) {
+	s := err.Error()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.lastErrs {
+		if e == s {
+			return
+		}
+	}
+	c.lastErrs = append(c.lastErrs, s)
+	if len(c.lastErrs) > 5 {
+		c.lastErrs = c.lastErrs[1:]
+	}
+}
+
+// Run writes (and reads back) until ctx ends, then waits for every I/O it
+// issued to return, and returns nil. I/O errors do not stop it: a failed
+// write is recorded as in flight (its outcome unknown) and the worker goes
+// on. Run may be called again later; the record carries over.
+func (c *Checker) Run(ctx context.Context) error {
+	c.running.Lock()
+	defer c.running.Unlock()
+	run := c.runs.Add(1)
+	var wg sync.WaitGroup
+	for ti, t := range c.targets {
+		per := t.Units / c.opts.Workers
+		for w := 0; w < c.opts.Workers; w++ {
+			lo, hi := w*per, (w+1)*per
+			if w == c.opts.Workers-1 {
+				hi = t.Units
+			}
+			rng := rand.New(rand.NewPCG(c.opts.Seed, run<<32|uint64(ti)<<16|uint64(w)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.worker(ctx, t, lo, hi, rng)
+			}()
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+func (c *Checker) worker(ctx context.Context, t *target, lo, hi int, rng *rand.Rand) {
+	buf := blockdev.AlignedBuffer(c.opts.MaxRun * UnitSize)
+	for ctx.Err() == nil {
+		n := 1 + rng.IntN(c.opts.MaxRun)
+		n = min(n, hi-lo)
+		first := lo + rng.IntN(hi-lo-n+1)
+		var err error
+		if c.opts.ReadPercent > 0 && rng.IntN(100) < c.opts.ReadPercent {
+			err = c.readBack(t, first, n, buf[:n*UnitSize])
+		} else {
+			err = c.write(t, first, n, buf[:n*UnitSize])
+		}
+		if err != nil {
+			c.noteErr(err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.opts.ErrorBackoff):
+			}
+		}
+	}
+}
+
+// write issues one write of n units from unit first with a new generation
+// and records its outcome.
+func (c *Checker) write(t *target, first, n int, buf []byte) error {
+	gen := c.gen.Add(1)
+	for i := range n {
+		bench.FillUnit(buf[i*UnitSize:(i+1)*UnitSize], t.id, t.lba(first+i), gen)
+	}
+	for i := range n {
+		u := &t.units[first+i]
+		u.pending = append(u.pending, gen)
+	}
+	c.issued.Add(1)
+	c.inflight.Add(1)
+	off := t.Offset + int64(first)*UnitSize
+	var err error
+	if t.fua != nil {
+		_, err = t.fua.WriteAtFUA(buf, off)
+	} else {
+		_, err = t.Dev.WriteAt(buf, off)
+	}
+	c.inflight.Add(-1)
+	if err != nil {
+		c.failed.Add(1)
+		return fmt.Errorf("write %s units %d..%d gen %d: %w", t.Name, first, first+n-1, gen, err)
+	}
+	c.acked.Add(1)
+	for i := range n {
+		u := &t.units[first+i]
+		u.acked = gen
+		// Older in-flight generations may no longer be found: an
+		// acknowledged newer write must win.
+		u.pending = u.pending[:0]
+	}
+	return nil
+}
+
+// lba is the verify header's LBA of unit i: its byte offset / UnitSize.
+func (t *target) lba(i int) uint64 { return uint64(t.Offset/UnitSize) + uint64(i) }
+
+func (c *Checker) readBack(t *target, first, n int, buf []byte) error {
+	c.reads.Add(1)
+	if _, err := t.Dev.ReadAt(buf, t.Offset+int64(first)*UnitSize); err != nil {
+		c.readErrs.Add(1)
+		return fmt.Errorf("read %s units %d..%d: %w", t.Name, first, first+n-1, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range n {
+		c.classify(&c.online, t, first+i, buf[i*UnitSize:(i+1)*UnitSize], true)
+	}
+	return nil
+}
