@@ -1,0 +1,236 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"tier0/daemon/api"
+	"tier0/daemon/cluster"
+)
+
+// `tier0 drive list|fail|replace`.
+func init() {
+	drv := addClusterFlags(&cobra.Command{
+		Use:   "drive",
+		Short: "List drives and their array membership; fail or replace a drive",
+	})
+	drv.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List every drive: node, node state, the arrays it is a member of and its state there",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			s, err := c.status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			rows := driveRows(s)
+			if jsonOut {
+				return writeJSON(cmd.OutOrStdout(), rows)
+			}
+			return printDriveRows(cmd.OutOrStdout(), rows)
+		},
+	})
+	drv.AddCommand(driveFailCmd(), driveReplaceCmd())
+	rootCmd.AddCommand(drv)
+}
+
+// driveRow is one drive's membership in one array (a drive in no array
+// has one row with an empty Array and state "unused").
+type driveRow struct {
+	Drive     string `json:"drive"`
+	Node      string `json:"node"`
+	NodeState string `json:"node_state"`
+	Array     string `json:"array,omitempty"`
+	State     string `json:"state"`              // the member's state, or unused
+	Progress  *int   `json:"progress,omitempty"` // resync/rebuild percent while one runs
+}
+
+func driveRows(s api.Status) []driveRow {
+	rows := []driveRow{}
+	for _, n := range s.Nodes {
+		for _, d := range n.Drives {
+			found := false
+			for _, a := range s.Arrays {
+				for _, m := range a.Members {
+					if m.Drive != d {
+						continue
+					}
+					found = true
+					r := driveRow{Drive: d, Node: n.Name, NodeState: string(n.State), Array: a.Name, State: string(m.State)}
+					if inMotion(m) {
+						p := m.Progress
+						r.Progress = &p
+					}
+					rows = append(rows, r)
+				}
+			}
+			if !found {
+				rows = append(rows, driveRow{Drive: d, Node: n.Name, NodeState: string(n.State), State: "unused"})
+			}
+		}
+	}
+	return rows
+}
+
+func printDriveRows(w io.Writer, rows []driveRow) error {
+	t := mgmtTable(w, "DRIVE", "NODE", "NODE STATE", "ARRAY", "STATE", "PROGRESS")
+	var out [][]any
+	for _, r := range rows {
+		prog := "-"
+		if r.Progress != nil {
+			prog = rebuildBar(*r.Progress)
+		}
+		out = append(out, []any{r.Drive, r.Node, r.NodeState, orDash(r.Array), r.State, prog})
+	}
+	return mgmtRender(t, out)
+}
+
+// driveResult is the JSON answer of drive fail and replace.
+type driveResult struct {
+	Drive  string   `json:"drive"`
+	Action string   `json:"action"` // fail, replace
+	Result string   `json:"result"` // accepted
+	Arrays []string `json:"arrays"` // arrays the drive is a member of
+}
+
+// arraysOf lists the arrays drive is a member of, and whether any node
+// has the drive at all.
+func arraysOf(s api.Status, drive string) (arrays []api.Array, known bool) {
+	for _, n := range s.Nodes {
+		known = known || slices.Contains(n.Drives, drive)
+	}
+	for _, a := range s.Arrays {
+		if slices.ContainsFunc(a.Members, func(m cluster.MemberView) bool { return m.Drive == drive }) {
+			arrays = append(arrays, a)
+		}
+	}
+	return arrays, known
+}
+
+// failWouldLose names the arrays that failing drive would make unreadable:
+// those already missing as many members as their level has parity.
+func failWouldLose(arrays []api.Array, drive string) []string {
+	var out []string
+	for _, a := range arrays {
+		lvl, err := cluster.ParseLevel(a.Level)
+		if err != nil {
+			continue // raid0/raid1 are not run by the failover machine
+		}
+		down := 0
+		for _, m := range a.Members {
+			if m.Drive != drive && m.State != cluster.MemberOK {
+				down++
+			}
+		}
+		if down >= lvl.Parity() {
+			out = append(out, fmt.Sprintf("%s (%s, %d other member(s) not in sync: %s)", a.Name, a.Level, down, memberList(a)))
+		}
+	}
+	return out
+}
+
+func arrayNames(arrays []api.Array) []string {
+	out := make([]string, len(arrays))
+	for i, a := range arrays {
+		out[i] = a.Name
+	}
+	return out
+}
+
+func driveFailCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "fail DRIVE",
+		Short: "Mark a drive failed: its arrays run degraded until it is replaced",
+		Long: "Mark DRIVE failed in every array it is a member of (for a drive that\n" +
+			"misbehaves, or before pulling it). Refused when that would leave an array\n" +
+			"with more members out of sync than its parity, unless --force.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			drive := args[0]
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			s, err := c.status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			arrays, known := arraysOf(s, drive)
+			if !known {
+				return fmt.Errorf("drive %q is on no node of the cluster (%w); see `tier0 drive list`", drive, api.ErrNotFound)
+			}
+			if lose := failWouldLose(arrays, drive); len(lose) > 0 && !force {
+				return fmt.Errorf("refusing to fail drive %s: array(s) %s would become unreadable; wait for their resync/rebuild (tier0 status), or give --force if the drive is dead anyway",
+					drive, strings.Join(lose, "; "))
+			}
+			return mutateDrive(cmd, c, drive, "fail", arrays)
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "fail the drive even if an array becomes unreadable")
+	return cmd
+}
+
+func driveReplaceCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "replace DRIVE",
+		Short: "Report that a failed drive was replaced: its arrays rebuild onto it",
+		Long: "Tell the cluster that DRIVE (failed) has been physically replaced by a new\n" +
+			"drive at the same place (same path, by-id or serial in the site\n" +
+			"configuration, restart that node's tier0d if the path changed): every\n" +
+			"array it is a member of rebuilds onto it. Watch with `tier0 status`.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			s, err := c.status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			arrays, known := arraysOf(s, args[0])
+			if !known {
+				return fmt.Errorf("drive %q is on no node of the cluster (%w); see `tier0 drive list`", args[0], api.ErrNotFound)
+			}
+			return mutateDrive(cmd, c, args[0], "replace", arrays)
+		},
+	}
+}
+
+func mutateDrive(cmd *cobra.Command, c *clusterConn, drive, action string, arrays []api.Array) error {
+	ctx := cmd.Context()
+	err := c.call(ctx, func(cl *api.Client) error {
+		if action == "fail" {
+			return cl.FailDrive(ctx, drive)
+		}
+		return cl.ReplaceDrive(ctx, drive)
+	})
+	if errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("%w; see `tier0 drive list`", err)
+	}
+	if err != nil {
+		return err
+	}
+	res := driveResult{Drive: drive, Action: action, Result: "accepted", Arrays: arrayNames(arrays)}
+	if jsonOut {
+		return writeJSON(cmd.OutOrStdout(), res)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "%s of drive %s accepted; arrays with it: %s\n", action, drive, orDash(strings.Join(res.Arrays, ", ")))
+	if action == "fail" {
+		fmt.Fprintln(w, "they run degraded until it is replaced: swap the drive, then `tier0 drive replace "+drive+"`")
+	} else {
+		fmt.Fprintln(w, "they rebuild onto it; watch the progress with `tier0 status`")
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"tier0/daemon/api"
+	"tier0/daemon/cluster"
+)
+
+// `tier0 status`: the cluster at a glance.
+func init() {
+	rootCmd.AddCommand(addClusterFlags(&cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster at a glance: coordinator, nodes, arrays, rebuild progress",
+		Long: "Show the cluster as the first node that answers sees it: the coordinator,\n" +
+			"every node with its state, every array with owner, epoch, state, phase and\n" +
+			"members, and a progress bar for every member being resynced or rebuilt.\n" +
+			"With --json: the API's /v1/status object.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := connect()
+			if err != nil {
+				return err
+			}
+			s, err := c.status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return writeJSON(cmd.OutOrStdout(), s)
+			}
+			return printStatus(cmd.OutOrStdout(), s)
+		},
+	}))
+}
+
+func printStatus(w io.Writer, s api.Status) error {
+	fmt.Fprintf(w, "cluster view from node %s at %s: coordinator %s, %s's lease %s\n\n",
+		s.Node, s.Time.UTC().Format(time.RFC3339), orDash(s.Coordinator), s.Node, s.Lease)
+	if err := printNodes(w, s.Nodes); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if err := printArrays(w, s.Arrays); err != nil {
+		return err
+	}
+	if rb := rebuildLines(s.Arrays); len(rb) > 0 {
+		fmt.Fprintln(w, "\nresync/rebuild:")
+		for _, l := range rb {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
+	fmt.Fprintln(w, "\n"+statusSummary(s))
+	return nil
+}
+
+// rebuildLines: one line per member being brought back in sync, e.g.
+// "array C  member B3 (node B)  rebuilding  [#####.....] 52%".
+func rebuildLines(arrays []api.Array) []string {
+	var out []string
+	for _, a := range arrays {
+		for _, m := range a.Members {
+			if inMotion(m) {
+				out = append(out, fmt.Sprintf("array %s  member %s (node %s)  %-10s  %s", a.Name, m.Drive, m.Node, m.State, rebuildBar(m.Progress)))
+			}
+		}
+	}
+	return out
+}
+
+// statusSummary: "5 nodes: 4 up, 1 down; 5 arrays: 4 degraded, 1 optimal".
+func statusSummary(s api.Status) string {
+	count := func(keys []string) string {
+		n := map[string]int{}
+		var order []string
+		for _, k := range keys {
+			if n[k] == 0 {
+				order = append(order, k)
+			}
+			n[k]++
+		}
+		parts := make([]string, len(order))
+		for i, k := range order {
+			parts[i] = strconv.Itoa(n[k]) + " " + k
+		}
+		return strings.Join(parts, ", ")
+	}
+	var ns, as []string
+	for _, n := range s.Nodes {
+		st := string(n.State)
+		if n.Draining {
+			st += " (draining)"
+		}
+		ns = append(ns, st)
+	}
+	for _, a := range s.Arrays {
+		as = append(as, string(a.State))
+	}
+	out := fmt.Sprintf("%d nodes", len(s.Nodes))
+	if len(ns) > 0 {
+		out += ": " + count(ns)
+	}
+	out += fmt.Sprintf("; %d arrays", len(s.Arrays))
+	if len(as) > 0 {
+		out += ": " + count(as)
+	}
+	return out
+}
+
+func printNodes(w io.Writer, nodes []cluster.NodeView) error {
+	t := mgmtTable(w, "NODE", "DOMAIN", "STATE", "DRAINING", "DRIVES", "OWNS")
+	var rows [][]any
+	for _, n := range nodes {
+		state := string(n.State)
+		if n.Suspect {
+			state += " (suspect)"
+		}
+		rows = append(rows, []any{n.Name, orDash(n.Domain), state, yesNo(n.Draining), orDash(strings.Join(n.Drives, " ")), orDash(strings.Join(n.Owns, " "))})
+	}
+	return mgmtRender(t, rows)
+}
+
+func printArrays(w io.Writer, arrays []api.Array) error {
+	t := mgmtTable(w, "ARRAY", "LEVEL", "HOME", "OWNER", "EPOCH", "STATE", "PHASE", "MEMBERS")
+	var rows [][]any
+	for _, a := range arrays {
+		rows = append(rows, []any{a.Name, a.Level, a.Home, orDash(a.Owner), a.Epoch, string(a.State), a.Phase, memberList(a)})
+	}
+	return mgmtRender(t, rows)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
