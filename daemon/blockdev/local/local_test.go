@@ -307,3 +307,31 @@ func itoa(n int) string {
 		}
 	}
 }
+
+// TestWrappersOverLocal stacks the test wrappers on a real device: the
+// recorder sees the FUA write the fault layer passes through, and a fault
+// rule keeps a write off the medium.
+func TestWrappersOverLocal(t *testing.T) {
+	d := openFile(t, 1<<20, Options{})
+	f := blockdev.NewFault(d)
+	r := blockdev.NewRecorder(f)
+	f.AddRule(blockdev.Rule{Op: blockdev.OpWrite, Off: 8192, Len: 4096, Action: blockdev.Fail})
+	buf := blockdev.AlignedBuffer(4096)
+	copy(buf, pattern(4096, 9))
+	r.WriteAtFUA(buf, 0)
+	r.WriteAt(buf, 8192)
+	r.Flush()
+	want := "write-fua off=0 len=4096\nwrite off=8192 len=4096 err=injected fault on write off=8192 len=4096: I/O error\nflush\n"
+	if got := r.String(); got != want {
+		t.Fatalf("record:\n%s\nwant:\n%s", got, want)
+	}
+	got := make([]byte, 4096)
+	d.ReadAt(got, 8192)
+	if !bytes.Equal(got, make([]byte, 4096)) {
+		t.Fatal("a failed write reached the medium")
+	}
+	d.ReadAt(got, 0)
+	if !bytes.Equal(got, buf) {
+		t.Fatal("FUA write lost")
+	}
+}
