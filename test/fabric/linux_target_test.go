@@ -52,7 +52,6 @@ for p in 4420 4421; do
     i=$((i+1))
 done
 echo "nvmet ready: $(uname -r)"
-echo ready > /harness/out/ready
 `
 
 func pattern(seed uint64, n int) []byte {
@@ -86,24 +85,37 @@ func writeVerify(t *testing.T, dev blockdev.Device, off int64, n int, seed uint6
 	}
 }
 
-// TestTier0HostAgainstLinuxTarget drives tier0's initiator against the
-// Linux kernel's nvmet-tcp target in one guest boot: connect, I/O of every
-// size class (in-capsule, R2T, split over MDTS), many in flight, digests,
-// discovery, ANA-driven multipath with path flips under load, hold and
-// ErrNoPath, reconnect after the target dropped the connection, and
-// reservations where the guest kernel supports them.
-func TestTier0HostAgainstLinuxTarget(t *testing.T) {
-	g := vm.Start(t, vm.Options{Script: nvmetScript + vm.ServeLoop, HostFwd: []int{4420, 4421}, Timeout: 8 * time.Minute})
+// TestFabricGuest boots one Linux guest (a guest boot is the expensive part)
+// and runs both directions against it: tier0's host against the kernel's
+// nvmet-tcp target, and the kernel's host against tier0's target.
+func TestFabricGuest(t *testing.T) {
+	g := vm.Start(t, vm.Options{Script: nvmetScript + "modprobe nvme-tcp || fail nvme-tcp\necho ready > /harness/out/ready\n" + vm.ServeLoop,
+		HostFwd: []int{4420, 4421}, Timeout: 9 * time.Minute})
 	if _, err := g.WaitFile("ready", 4*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
+		if t.Failed() {
+			out, _, _ := g.Exec("dmesg | grep -i nvme | tail -40", time.Minute)
+			t.Logf("guest dmesg:\n%s", out)
+		}
 		g.Stop()
 		res := g.Wait()
 		if t.Failed() {
 			t.Logf("guest console:\n%s", res.Output)
 		}
 	}()
+	t.Run("tier0-host-vs-linux-target", func(t *testing.T) { tier0HostVsLinuxTarget(t, g) })
+	t.Run("linux-host-vs-tier0-target", func(t *testing.T) { linuxHostVsTier0Target(t, g) })
+}
+
+// tier0HostVsLinuxTarget drives tier0's initiator against the Linux
+// kernel's nvmet-tcp target: connect, I/O of every size class (in-capsule,
+// R2T, split over MDTS), many in flight, digests, discovery, ANA-driven
+// multipath with path flips under load, hold and ErrNoPath, reconnect after
+// the target dropped the connection, and reservations where the guest
+// kernel supports them.
+func tier0HostVsLinuxTarget(t *testing.T, g *vm.Guest) {
 	addr1 := fmt.Sprintf("127.0.0.1:%d", g.HostPort(4420))
 	addr2 := fmt.Sprintf("127.0.0.1:%d", g.HostPort(4421))
 	hostID := [16]byte{0x74, 0x69, 0x65, 0x72, 0x30, 1}
@@ -379,7 +391,7 @@ func TestTier0HostAgainstLinuxTarget(t *testing.T) {
 		var se *host.StatusError
 		if errors.As(err, &se) && se.Status.Code() == nvme.StatusInvalidOpcode {
 			out, _, _ := g.Exec("uname -r", time.Minute)
-			t.Skipf("the guest kernel's nvmet (Linux %s) has no reservation support (Register: invalid opcode); nvmet gained it in Linux 6.13. Reservations are tested against tier0's target in TestLinuxHostAgainstTier0Target and daemon/host's unit tests", strings.TrimSpace(out))
+			t.Skipf("the guest kernel's nvmet (Linux %s) has no reservation support (Register: invalid opcode); nvmet gained it in Linux 6.13. Reservations are tested against tier0's target in linux-host-vs-tier0-target and daemon/host's unit tests", strings.TrimSpace(out))
 		}
 		if err != nil {
 			t.Fatal(err)
