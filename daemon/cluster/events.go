@@ -139,6 +139,22 @@ type UndrainRequested struct{ Node string }
 // (manual policy, or to retry).
 type FailbackRequested struct{ Array string }
 
+// ArrayObserved seeds the machine with what the store records about an
+// array, for a machine (re)built from the store (a new coordinator, a
+// restarted daemon): its ownership record and whether that owner reports
+// serving it (its observed key says ANA optimized at Epoch). An owner that
+// does not report serving it is treated as not serving, and the array is
+// assigned again under a higher epoch. Members lists the recorded member
+// states (absent drives keep theirs). A record older than the machine's
+// epoch is ignored.
+type ArrayObserved struct {
+	Array   string
+	Owner   string
+	Epoch   uint64
+	Serving bool
+	Members map[string]MemberState
+}
+
 func (NodeJoined) isEvent()         {}
 func (Heartbeat) isEvent()          {}
 func (LeaseExpired) isEvent()       {}
@@ -162,6 +178,7 @@ func (DriveReplaced) isEvent()      {}
 func (DrainRequested) isEvent()     {}
 func (UndrainRequested) isEvent()   {}
 func (FailbackRequested) isEvent()  {}
+func (ArrayObserved) isEvent()      {}
 
 // Action is an output of Ready. Performer names the node whose daemon must
 // carry it out; "" means the cluster coordinator (the node holding the

@@ -138,6 +138,31 @@ func (m *Machine) Step(ev Event) error {
 	return nil
 }
 
+// Restore rebuilds state from the store's records: it applies evs
+// (typically NodeJoined for every node, LeaseExpired for those without a
+// live lease, ArrayDefined, ArrayObserved, DrainRequested) without deciding
+// anything in between and without the actions they would produce (drives
+// are already exported, events already logged), then reconciles once; only
+// that reconcile's actions are returned by Ready. On error the machine is
+// partly restored and should be discarded.
+func (m *Machine) Restore(evs []Event) error {
+	for _, ev := range evs {
+		if err := m.step(ev); err != nil {
+			return fmt.Errorf("restore %T: %w", ev, err)
+		}
+	}
+	m.out = nil
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		a.lastSeen = m.state(a)
+	}
+	for _, n := range m.nodes {
+		n.slurmDrained = n.state == NodeDown
+	}
+	m.reconcile()
+	return nil
+}
+
 func (m *Machine) node(id string) (*node, error) {
 	n, ok := m.nodes[id]
 	if !ok {
@@ -335,6 +360,8 @@ func (m *Machine) step(ev Event) error {
 			mb.state, mb.progress = MemberDriveFailed, 0
 			m.emit(RecordEvent{Kind: "member-failed", Array: e.Array, Node: mb.node, Message: "drive " + mb.drive})
 		}
+	case ArrayObserved:
+		return m.observed(e)
 	case DriveReplaced:
 		if _, ok := m.drives[e.Drive]; !ok {
 			return fmt.Errorf("drive %q is not on any joined node: %w", e.Drive, ErrUnknownDrive)
@@ -348,6 +375,44 @@ func (m *Machine) step(ev Event) error {
 		}
 	default:
 		return fmt.Errorf("event %T: %w", ev, ErrBadConfig)
+	}
+	return nil
+}
+
+func (m *Machine) observed(e ArrayObserved) error {
+	a, err := m.array(e.Array)
+	if err != nil {
+		return err
+	}
+	if e.Epoch < a.epoch {
+		return nil
+	}
+	for drive, st := range e.Members {
+		mb, err := m.member(e.Array, drive)
+		if err != nil {
+			return err
+		}
+		switch st {
+		case MemberOK, MemberMissing, MemberStale, MemberDriveFailed, MemberReplaced:
+			mb.state = st
+		case MemberResyncing: // the repair restarts under this machine
+			mb.state = MemberStale
+		case MemberRebuilding:
+			mb.state = MemberReplaced
+		default:
+			return fmt.Errorf("array %q member %q state %q: %w", e.Array, drive, st, ErrBadConfig)
+		}
+		if m.nodes[mb.node].state == NodeDown && mb.state == MemberOK {
+			mb.state = MemberMissing
+		}
+	}
+	a.epoch, a.since, a.phaseAt = e.Epoch, m.now, m.now
+	n, known := m.nodes[e.Owner]
+	switch {
+	case e.Owner != "" && e.Serving && known && n.state == NodeUp:
+		a.owner, a.phase = e.Owner, phaseActive
+	default:
+		a.owner, a.phase, a.from, a.kind = e.Owner, phaseIdle, e.Owner, "failover"
 	}
 	return nil
 }

@@ -400,3 +400,50 @@ func TestCoordinatorElection(t *testing.T) {
 		t.Fatalf("leader after resign = %q, want B", l)
 	}
 }
+
+// TestGuardedQueue: intents written under the coordinator's guard are
+// refused once it has resigned; the queue keeps order; Done removes.
+func TestGuardedQueue(t *testing.T) {
+	st, _, _ := openCluster(t, 1)
+	s := st[0]
+	ctx := ctxT(t)
+	c, err := s.NewCoordinator(ctx, "A", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := c.Guard()
+	w := s.WatchQueue(ctx, "intents.B", 0)
+	for _, p := range []string{"one", "two", "three"} {
+		if _, err := s.Enqueue(ctx, g, "intents.B", []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"one", "two", "three"} {
+		if m := <-w; string(m.Payload) != want {
+			t.Fatalf("watch got %q, want %q", m.Payload, want)
+		}
+	}
+	ms, err := s.Pending(ctx, "intents.B")
+	if err != nil || len(ms) != 3 || string(ms[0].Payload) != "one" || string(ms[2].Payload) != "three" {
+		t.Fatalf("pending %v, %v", ms, err)
+	}
+	if err := s.Done(ctx, ms[0]); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := s.Pending(ctx, "intents.B"); len(ms) != 2 || string(ms[0].Payload) != "two" {
+		t.Fatalf("after Done: %v", ms)
+	}
+	if err := c.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, g, "intents.B", []byte("stale")); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("write under a resigned coordinator's guard: %v, want ErrNotLeader", err)
+	}
+	if _, err := s.Enqueue(ctx, nil, "reports", []byte("r")); err != nil {
+		t.Fatalf("unguarded report: %v", err)
+	}
+}
