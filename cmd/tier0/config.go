@@ -67,7 +67,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			return printPlacement(cmd.OutOrStdout(), c)
+			return configPrintPlacement(cmd.OutOrStdout(), c)
 		},
 	})
 	var drivesNode string
@@ -84,7 +84,7 @@ func init() {
 				return err
 			}
 			if len(args) == 0 {
-				return printDrives(cmd.OutOrStdout(), found)
+				return configPrintDrives(cmd.OutOrStdout(), found)
 			}
 			c, err := loadSiteConfig(cmd, args[0])
 			if err != nil {
@@ -94,7 +94,7 @@ func init() {
 			if !ok {
 				return fmt.Errorf("--node %q: not a node of %s; expected one of the names under nodes[]", drivesNode, args[0])
 			}
-			return printResolved(cmd.OutOrStdout(), n, found)
+			return configPrintResolved(cmd.OutOrStdout(), n, found)
 		},
 	}
 	drives.Flags().StringVar(&drivesNode, "node", "", "the node (of FILE) whose drives to resolve")
@@ -102,7 +102,7 @@ func init() {
 	rootCmd.AddCommand(cfg)
 }
 
-func printDrives(w io.Writer, ds []discover.Drive) error {
+func configPrintDrives(w io.Writer, ds []discover.Drive) error {
 	if jsonOut {
 		if ds == nil {
 			ds = []discover.Drive{}
@@ -127,7 +127,7 @@ type resolvedDrive struct {
 	Error  string `json:"error,omitempty"`
 }
 
-func printResolved(w io.Writer, n *config.Node, found []discover.Drive) error {
+func configPrintResolved(w io.Writer, n *config.Node, found []discover.Drive) error {
 	var rows []resolvedDrive
 	bad := 0
 	for _, d := range n.Drives {
@@ -214,7 +214,7 @@ type placedArray struct {
 	Members []placedMember `json:"members"`
 }
 
-func printPlacement(w io.Writer, c *config.Config) error {
+func configPrintPlacement(w io.Writer, c *config.Config) error {
 	var rows []placedArray
 	width := 0
 	for _, a := range c.Arrays {
