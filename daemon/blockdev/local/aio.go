@@ -50,7 +50,13 @@ const (
 var wakeBuf = make([]byte, 1)
 
 type aioSlot struct {
-	cb   iocb
+	cb iocb
+	// buf is the request's buffer while the kernel owns it. Storing it
+	// here keeps it reachable and, because the slot is on the heap, makes
+	// the compiler place every buffer passed to do on the heap too: a
+	// buffer on a goroutine stack could be moved (stack shrinking during
+	// GC) while the kernel still writes to its old address.
+	buf  []byte
 	done chan int64 // the result: bytes or -errno
 }
 
@@ -108,6 +114,8 @@ func (r *aioRing) do(fd int, write bool, p []byte, off int64, rwFlags uint32) (i
 	i := <-r.free
 	defer func() { r.free <- i }()
 	s := &r.slots[i]
+	s.buf = p
+	defer func() { s.buf = nil }()
 	s.cb = iocb{
 		data:    uint64(i),
 		rwFlags: rwFlags,
@@ -140,9 +148,6 @@ func (r *aioRing) do(fd int, write bool, p []byte, off int64, rwFlags uint32) (i
 		break
 	}
 	res := <-s.done
-	// p must stay alive until the kernel is done with it: the caller
-	// holds it, and this use keeps it reachable here too.
-	_ = p[0]
 	if res < 0 {
 		return 0, unix.Errno(-res)
 	}
