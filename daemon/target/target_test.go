@@ -626,3 +626,375 @@ func (g *gatedDevice) WriteAt(p []byte, off int64) (int, error) {
 }
 
 var _ = errors.Is
+
+// TestANAMultipath: two targets ("nodes") serve the same subsystem and
+// namespace identity with disjoint controller IDs; node B is inaccessible
+// until the control plane flips it, which raises an ANA-change AEN.
+func TestANAMultipath(t *testing.T) {
+	dev := blockdev.NewMem(testSize, testBS) // shared backing, as after a takeover
+	tgA, addrA := newTarget(t, Config{CntlIDBase: 0x100, CntlIDCount: 0x100}, dev)
+	tgB, addrB := newTarget(t, Config{CntlIDBase: 0x200, CntlIDCount: 0x100}, dev)
+	if err := tgB.SetANAState(testSubNQN, 1, nvme.ANAInaccessible); err != nil {
+		t.Fatal(err)
+	}
+	aA, idA := adminConnect(t, addrA, 0, testHostNQN, testHostID)
+	aB, idB := adminConnect(t, addrB, 0, testHostNQN, testHostID)
+	if idA == idB {
+		t.Fatalf("both nodes gave controller ID %#x", idA)
+	}
+	icA, _ := nvme.ParseIdentifyController(aA.identify(nvme.CNSController, 0).data)
+	icB, _ := nvme.ParseIdentifyController(aB.identify(nvme.CNSController, 0).data)
+	if icA.SubNQN != icB.SubNQN || icA.SN != icB.SN || icA.MN != icB.MN {
+		t.Fatalf("paths disagree on identity: %q/%q %q/%q", icA.SubNQN, icB.SubNQN, icA.SN, icB.SN)
+	}
+	nsA := aA.identify(nvme.CNSNSDescList, 1).data
+	nsB := aB.identify(nvme.CNSNSDescList, 1).data
+	if !bytes.Equal(nsA, nsB) {
+		t.Fatal("namespace descriptor lists differ between nodes")
+	}
+	anaLog := func(c *rawClient) nvme.ANALog {
+		r := c.getLog(nvme.LogANA, 0, 4096, 0)
+		if !r.cqe.Status.OK() {
+			t.Fatalf("ANA log: %v", r.cqe.Status)
+		}
+		l, err := nvme.ParseANALog(r.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	lA, lB := anaLog(aA), anaLog(aB)
+	if len(lA.Groups) != 1 || lA.Groups[0].State != nvme.ANAOptimized || len(lA.Groups[0].NSIDs) != 1 || lA.Groups[0].NSIDs[0] != 1 {
+		t.Fatalf("node A ANA log %+v", lA)
+	}
+	if len(lB.Groups) != 1 || lB.Groups[0].State != nvme.ANAInaccessible {
+		t.Fatalf("node B ANA log %+v", lB)
+	}
+	rgo, _ := nvme.ParseANALog(aB.getLog(nvme.LogANA, nvme.LogANALSPGroupsOnly, 4096, 0).data)
+	if len(rgo.Groups) != 1 || len(rgo.Groups[0].NSIDs) != 0 {
+		t.Fatalf("RGO ANA log %+v", rgo)
+	}
+	qB := ioConnect(t, addrB, 0, testHostNQN, testHostID, idB, 1)
+	r := qB.read(1, 0, 1, testBS)
+	if r.cqe.Status != nvme.StatusANAInaccessible {
+		t.Fatalf("I/O through the inaccessible path: %v, want ANA inaccessible without DNR", r.cqe.Status)
+	}
+	if r := qB.writeBlocks(1, 0, make([]byte, testBS), testBS, true); r.cqe.Status != nvme.StatusANAInaccessible {
+		t.Fatalf("write through the inaccessible path: %v", r.cqe.Status)
+	}
+	// Enable ANA AENs and leave an AER outstanding, as Linux does.
+	aB.setFeature(nvme.FeatAsyncEventCfg, nvme.OAESANAChange)
+	aB.cid++
+	aer := nvme.SQE{Opcode: nvme.AdminAsyncEvent, CID: aB.cid, Flags: nvme.SQEFlagSGLMeta, DPTR: nvme.SGL{Type: nvme.SGLTypeTransport}}
+	aB.sendCapsule(&aer, nil)
+	time.Sleep(20 * time.Millisecond) // let the AER park before the change
+	if err := tgB.SetANAState(testSubNQN, 1, nvme.ANAOptimized); err != nil {
+		t.Fatal(err)
+	}
+	p, err := aB.readPDU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cqe, err := nvme.ParseCapsuleResp(p.hdr)
+	if err != nil || cqe.CID != aer.CID || !cqe.Status.OK() {
+		t.Fatalf("AER completion %+v %v", cqe, err)
+	}
+	if want := nvme.AENResult(nvme.AENTypeNotice, nvme.AENNoticeANAChange, nvme.LogANA); cqe.DW0() != want {
+		t.Fatalf("AER result %#x, want %#x", cqe.DW0(), want)
+	}
+	lB2 := anaLog(aB)
+	if lB2.Groups[0].State != nvme.ANAOptimized || lB2.ChangeCount <= lB.ChangeCount {
+		t.Fatalf("after change: %+v (change count was %d)", lB2, lB.ChangeCount)
+	}
+	if r := qB.read(1, 0, 1, testBS); !r.cqe.Status.OK() {
+		t.Fatalf("I/O after the path became optimized: %v", r.cqe.Status)
+	}
+	// A change while no AER is outstanding is delivered by the next AER.
+	if err := tgB.SetANAState(testSubNQN, 1, nvme.ANAChange); err != nil {
+		t.Fatal(err)
+	}
+	if r := qB.read(1, 0, 1, testBS); r.cqe.Status != nvme.StatusANATransition {
+		t.Fatalf("I/O in ANA change state: %v", r.cqe.Status)
+	}
+	if r := aB.do(nvme.SQE{Opcode: nvme.AdminAsyncEvent}, nil, false); r.cqe.DW0()>>8&0xFF != uint32(nvme.AENNoticeANAChange) {
+		t.Fatalf("queued AEN: %#x %v", r.cqe.DW0(), r.cqe.Status)
+	}
+	if st, _ := tgA.ANAState(testSubNQN, 1); st != nvme.ANAOptimized {
+		t.Fatalf("node A state changed to %v by node B's change", st)
+	}
+	if err := tgA.SetANAState("nqn.missing", 1, nvme.ANAOptimized); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown subsystem: %v", err)
+	}
+	if err := tgA.SetANAState(testSubNQN, 0, nvme.ANAOptimized); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("group 0: %v", err)
+	}
+}
+
+// resvCmd sends a reservation command on q.
+func resvCmd(q *rawClient, op uint8, cmd nvme.ResvCmd, keys nvme.ResvKeys) nvme.Status {
+	data := keys.Append(nil)
+	if op == nvme.CmdResvRelease {
+		data = data[:8]
+	}
+	return q.do(nvme.SQE{Opcode: op, NSID: 1, CDW10: cmd.CDW10()}, data, true).cqe.Status
+}
+
+func resvReport(t testing.TB, q *rawClient) nvme.ResvStatus {
+	t.Helper()
+	r := q.do(nvme.SQE{Opcode: nvme.CmdResvReport, NSID: 1, CDW10: 4096/4 - 1, CDW11: 1, DPTR: nvme.SGL{Length: 4096}}, nil, false)
+	if !r.cqe.Status.OK() {
+		t.Fatalf("report: %v", r.cqe.Status)
+	}
+	st, err := nvme.ParseResvStatus(r.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestReservationsFenceAndPersist(t *testing.T) {
+	dir := t.TempDir()
+	dev := blockdev.NewMem(testSize, testBS)
+	tg, addr := newTarget(t, Config{StateDir: dir}, dev)
+	_, id1 := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	_, id2 := adminConnect(t, addr, 0, testHostNQN2, testHostID2)
+	old := ioConnect(t, addr, 0, testHostNQN, testHostID, id1, 1)   // the stale owner, epoch 1
+	next := ioConnect(t, addr, 0, testHostNQN2, testHostID2, id2, 1) // the new owner, epoch 2
+	blk := make([]byte, testBS)
+	if st := resvCmd(old, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 1}); !st.OK() {
+		t.Fatalf("register: %v", st)
+	}
+	if st := resvCmd(old, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 1}); !st.OK() {
+		t.Fatalf("acquire: %v", st)
+	}
+	// Not registered with the right key: conflicts.
+	if st := resvCmd(next, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 2}); st != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("acquire unregistered: %v", st)
+	}
+	if r := next.writeBlocks(1, 0, blk, testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("write by non-holder under Write Exclusive: %v", r.cqe.Status)
+	}
+	if r := next.read(1, 0, 1, testBS); !r.cqe.Status.OK() {
+		t.Fatalf("read by non-holder under Write Exclusive: %v", r.cqe.Status)
+	}
+	if st := resvCmd(next, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 2}); !st.OK() {
+		t.Fatalf("register 2: %v", st)
+	}
+	if st := resvCmd(next, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 3}); st != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("re-register with another key: %v", st)
+	}
+	rep := resvReport(t, next)
+	if rep.Type != nvme.ResvWriteExclusive || len(rep.Registrants) != 2 || !rep.PTPLS {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, g := range rep.Registrants {
+		wantHolder := g.HostID == testHostID
+		if g.Holder != wantHolder || (g.HostID == testHostID && (g.RKey != 1 || g.CntlID != id1)) {
+			t.Fatalf("registrant %+v", g)
+		}
+	}
+	if r := next.do(nvme.SQE{Opcode: nvme.CmdResvReport, NSID: 1, CDW10: 15, DPTR: nvme.SGL{Length: 64}}, nil, false); r.cqe.Status != nvme.StatusHostIDInconsistent|nvme.StatusDNR {
+		t.Fatalf("report without EDS: %v", r.cqe.Status)
+	}
+	// Fence: preempt-and-abort naming the stale key.
+	if st := resvCmd(next, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvPreemptAndAbort, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 2, Key2: 1}); !st.OK() {
+		t.Fatalf("preempt and abort: %v", st)
+	}
+	if r := old.writeBlocks(1, 0, blk, testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("stale owner's write after fencing: %v", r.cqe.Status)
+	}
+	if r := next.writeBlocks(1, 0, blk, testBS, true); !r.cqe.Status.OK() {
+		t.Fatalf("new owner's write: %v", r.cqe.Status)
+	}
+	gen := resvReport(t, next).Gen
+	// Restart the target with the same state directory.
+	tg.Close()
+	tg2, addr2 := newTarget(t, Config{StateDir: dir}, dev)
+	_ = tg2
+	_, id1 = adminConnect(t, addr2, 0, testHostNQN, testHostID)
+	_, id2 = adminConnect(t, addr2, 0, testHostNQN2, testHostID2)
+	old = ioConnect(t, addr2, 0, testHostNQN, testHostID, id1, 1)
+	next = ioConnect(t, addr2, 0, testHostNQN2, testHostID2, id2, 1)
+	if r := old.writeBlocks(1, 0, blk, testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("stale owner's write after target restart: %v", r.cqe.Status)
+	}
+	rep = resvReport(t, next)
+	if rep.Gen != gen || rep.Type != nvme.ResvWriteExclusive || len(rep.Registrants) != 1 || rep.Registrants[0].HostID != testHostID2 || !rep.Registrants[0].Holder || rep.Registrants[0].RKey != 2 {
+		t.Fatalf("report after restart %+v (gen was %d)", rep, gen)
+	}
+	// Release with the wrong type, then properly; clear.
+	if st := resvCmd(next, nvme.CmdResvRelease, nvme.ResvCmd{Action: nvme.ResvRelease, Type: nvme.ResvExclusiveAccess}, nvme.ResvKeys{CRKey: 2}); st != nvme.StatusInvalidField|nvme.StatusDNR {
+		t.Fatalf("release with wrong type: %v", st)
+	}
+	if st := resvCmd(next, nvme.CmdResvRelease, nvme.ResvCmd{Action: nvme.ResvRelease, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 2}); !st.OK() {
+		t.Fatalf("release: %v", st)
+	}
+	if r := old.writeBlocks(1, 0, blk, testBS, true); !r.cqe.Status.OK() {
+		t.Fatalf("write after release: %v", r.cqe.Status)
+	}
+	if st := resvCmd(next, nvme.CmdResvRelease, nvme.ResvCmd{Action: nvme.ResvClear}, nvme.ResvKeys{CRKey: 2}); !st.OK() {
+		t.Fatalf("clear: %v", st)
+	}
+	if rep := resvReport(t, next); len(rep.Registrants) != 0 || rep.Type != nvme.ResvNone {
+		t.Fatalf("after clear: %+v", rep)
+	}
+}
+
+func TestReservationAllRegistrantsAndUnregister(t *testing.T) {
+	_, addr := newTarget(t, Config{}, nil)
+	_, id1 := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	_, id2 := adminConnect(t, addr, 0, testHostNQN2, testHostID2)
+	q1 := ioConnect(t, addr, 0, testHostNQN, testHostID, id1, 1)
+	q2 := ioConnect(t, addr, 0, testHostNQN2, testHostID2, id2, 1)
+	blk := make([]byte, testBS)
+	resvCmd(q1, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 10})
+	if st := resvCmd(q1, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvExclusiveAccessAll}, nvme.ResvKeys{CRKey: 10}); !st.OK() {
+		t.Fatal(st)
+	}
+	if r := q2.read(1, 0, 1, testBS); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("non-registrant read under EA-AR: %v", r.cqe.Status)
+	}
+	resvCmd(q2, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 20})
+	if r := q2.writeBlocks(1, 0, blk, testBS, true); !r.cqe.Status.OK() {
+		t.Fatalf("registrant write under EA-AR: %v", r.cqe.Status)
+	}
+	// Unregister with a wrong key conflicts; with IEKEY it works.
+	if st := resvCmd(q2, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvUnregister}, nvme.ResvKeys{CRKey: 99}); st != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("unregister wrong key: %v", st)
+	}
+	if st := resvCmd(q2, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvUnregister, IEKey: true}, nvme.ResvKeys{CRKey: 99}); !st.OK() {
+		t.Fatalf("unregister IEKEY: %v", st)
+	}
+	if r := q2.writeBlocks(1, 0, blk, testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("write after unregistering: %v", r.cqe.Status)
+	}
+	// Replace the key, then the last registrant leaving ends the reservation.
+	if st := resvCmd(q1, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvReplace}, nvme.ResvKeys{CRKey: 10, Key2: 11}); !st.OK() {
+		t.Fatalf("replace: %v", st)
+	}
+	if st := resvCmd(q1, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvUnregister}, nvme.ResvKeys{CRKey: 11}); !st.OK() {
+		t.Fatalf("unregister: %v", st)
+	}
+	if r := q2.writeBlocks(1, 0, blk, testBS, true); !r.cqe.Status.OK() {
+		t.Fatalf("write with no reservation left: %v", r.cqe.Status)
+	}
+	if st := resvCmd(q1, nvme.CmdResvAcquire, nvme.ResvCmd{Action: 7, Type: 1}, nvme.ResvKeys{}); st != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("acquire by unregistered host: %v", st)
+	}
+}
+
+// TestPreemptAndAbortDrains: preempt-and-abort must not complete while a
+// write of the preempted host that passed the reservation check is still
+// executing on the device.
+func TestPreemptAndAbortDrains(t *testing.T) {
+	g := &gatedDevice{Device: blockdev.NewMem(testSize, testBS), entered: make(chan struct{}, 1)}
+	_, addr := newTarget(t, Config{}, g)
+	_, id1 := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	_, id2 := adminConnect(t, addr, 0, testHostNQN2, testHostID2)
+	old := ioConnect(t, addr, 0, testHostNQN, testHostID, id1, 1)
+	next := ioConnect(t, addr, 0, testHostNQN2, testHostID2, id2, 1)
+	resvCmd(old, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 1})
+	resvCmd(old, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 1})
+	resvCmd(next, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 2})
+
+	g.mu.Lock() // hold the stale owner's write inside the device
+	var unlock sync.Once
+	release := func() { unlock.Do(g.mu.Unlock) }
+	t.Cleanup(release) // runs before the target's Close on failure
+	for len(g.entered) > 0 {
+		<-g.entered
+	}
+	wdone := make(chan nvme.Status, 1)
+	go func() {
+		s := rwSQE(nvme.CmdWrite, 1, 0, 1)
+		r, err := old.try(s, make([]byte, testBS), true)
+		if err != nil {
+			wdone <- 0xFFFF
+			return
+		}
+		wdone <- r.cqe.Status
+	}()
+	<-g.entered
+	pdone := make(chan nvme.Status, 1)
+	go func() {
+		r, err := next.try(nvme.SQE{Opcode: nvme.CmdResvAcquire, NSID: 1,
+			CDW10: nvme.ResvCmd{Action: nvme.ResvPreemptAndAbort, Type: nvme.ResvWriteExclusive}.CDW10()},
+			nvme.ResvKeys{CRKey: 2, Key2: 1}.Append(nil), true)
+		if err != nil {
+			pdone <- 0xFFFF
+			return
+		}
+		pdone <- r.cqe.Status
+	}()
+	select {
+	case st := <-pdone:
+		t.Fatalf("preempt-and-abort completed (%v) while the preempted write was in flight", st)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	if st := <-wdone; !st.OK() {
+		t.Fatalf("in-flight write: %v", st)
+	}
+	if st := <-pdone; !st.OK() {
+		t.Fatalf("preempt-and-abort: %v", st)
+	}
+	if r := old.writeBlocks(1, 0, make([]byte, testBS), testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("write after preempt-and-abort: %v", r.cqe.Status)
+	}
+}
+
+func TestRuntimeAPI(t *testing.T) {
+	tg, addr := newTarget(t, Config{}, nil)
+	if err := tg.AddSubsystem(SubsystemConfig{NQN: testSubNQN}); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate subsystem: %v", err)
+	}
+	if err := tg.AddNamespace(testSubNQN, NamespaceConfig{NSID: 1, Device: blockdev.NewMem(1<<20, 512)}); !errors.Is(err, ErrExists) {
+		t.Fatalf("duplicate namespace: %v", err)
+	}
+	if err := tg.AddNamespace(testSubNQN, NamespaceConfig{NSID: 0, Device: blockdev.NewMem(1<<20, 512)}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("nsid 0: %v", err)
+	}
+	if _, err := New(Config{CntlIDBase: 0xFFF0, CntlIDCount: 100}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("cntlid range past 0xffef: %v", err)
+	}
+	a, _ := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	a.setFeature(nvme.FeatAsyncEventCfg, nvme.OAESNSAttr)
+	if err := tg.AddNamespace(testSubNQN, NamespaceConfig{NSID: 5, Device: blockdev.NewMem(1<<20, 4096), ANAGroup: 2}); err != nil {
+		t.Fatal(err)
+	}
+	r := a.do(nvme.SQE{Opcode: nvme.AdminAsyncEvent}, nil, false)
+	if r.cqe.DW0() != nvme.AENResult(nvme.AENTypeNotice, nvme.AENNoticeNSChanged, nvme.LogChangedNSList) {
+		t.Fatalf("namespace-changed AEN %#x", r.cqe.DW0())
+	}
+	ch := a.getLog(nvme.LogChangedNSList, 0, 4096, 0xFFFFFFFF)
+	if le32(ch.data) != 5 {
+		t.Fatalf("changed namespace list starts with %d", le32(ch.data))
+	}
+	ids, _ := nvme.ParseNSList(a.identify(nvme.CNSActiveNSList, 0).data)
+	if len(ids) != 2 || ids[1] != 5 {
+		t.Fatalf("active namespaces %v", ids)
+	}
+	ns, _ := nvme.ParseIdentifyNamespace(a.identify(nvme.CNSNamespace, 5).data)
+	if ns.BlockSize() != 4096 || ns.ANAGRPID != 2 {
+		t.Fatalf("namespace 5: %+v", ns)
+	}
+	l, _ := nvme.ParseANALog(a.getLog(nvme.LogANA, 0, 4096, 0).data)
+	if len(l.Groups) != 2 {
+		t.Fatalf("ANA groups %+v", l.Groups)
+	}
+	if err := tg.RemoveNamespace(testSubNQN, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.RemoveNamespace(testSubNQN, 5); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second remove: %v", err)
+	}
+	if ns, _ := nvme.ParseIdentifyNamespace(a.identify(nvme.CNSNamespace, 5).data); ns.NCAP != 0 {
+		t.Fatal("removed namespace still identifies")
+	}
+	sm, _ := nvme.ParseSMARTLog(a.getLog(nvme.LogSMART, 0, 512, 0xFFFFFFFF).data)
+	_ = sm
+	if err := tg.RemoveSubsystem(testSubNQN); err != nil {
+		t.Fatal(err)
+	}
+	a.expectClosed()
+}
