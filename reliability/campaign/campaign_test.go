@@ -1,0 +1,119 @@
+package campaign
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// tier0d builds the daemon once per test binary.
+func tier0d(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tier0-campaign-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "tier0d")
+		cmd := exec.Command("go", "build", "-o", binPath, "tier0/cmd/tier0d")
+		cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = err
+			t.Logf("go build tier0d: %s", out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building tier0d: %v", buildErr)
+	}
+	return binPath
+}
+
+// runShort runs a short campaign on a testdata site, on ports shifted
+// clear of anything else running.
+func runShort(t *testing.T, site string, faults []string, seed uint64) Result {
+	if testing.Short() {
+		t.Skip("starts a cluster of tier0d processes (~1 min); skipped with -short")
+	}
+	bin := tier0d(t)
+	site = filepath.Join("testdata", site)
+	text, err := os.ReadFile(site)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shift, err := FreePortShift(string(text), []int{0, 100, 200, 300, 400})
+	if err != nil {
+		t.Skip(err)
+	}
+	wd := t.TempDir()
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{
+		Site: site, Binary: bin, Workdir: wd, PortShift: shift, Faults: faults, Seed: seed,
+		RecoverBound: 60 * time.Second, Units: 512, Out: &out,
+		Logger: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	t.Log("\n" + out.String())
+	if err != nil {
+		dumpLogs(t, wd)
+		t.Fatal(err)
+	}
+	t.Log("\n" + res.Summary())
+	if err := res.Err(); err != nil {
+		dumpLogs(t, wd)
+		t.Fatal(err)
+	}
+	if res.Progress.Acked < 500 || res.Final.Verified != res.Final.Checked || res.Final.Checked == 0 {
+		t.Fatalf("too little verified: %d writes acknowledged, %d of %d units verified", res.Progress.Acked, res.Final.Verified, res.Final.Checked)
+	}
+	if len(res.Injections) != len(faults) {
+		t.Fatalf("%d injections, want %d", len(res.Injections), len(faults))
+	}
+	for _, in := range res.Injections {
+		if in.Failover <= 0 {
+			t.Errorf("%s: no failover measured: %+v", in.Fault, in)
+		}
+	}
+	return res
+}
+
+func dumpLogs(t *testing.T, wd string) {
+	logs, _ := filepath.Glob(filepath.Join(wd, "*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		lines := strings.Split(string(b), "\n")
+		t.Logf("--- %s (last 40 lines)\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
+}
+
+// TestShortRAID5 kills an owner mid-write and freezes another past its
+// lease, on the seed's 5-node RAID-5 topology.
+func TestShortRAID5(t *testing.T) {
+	runShort(t, "local5.yaml", []string{KillOwner, FreezeOwner}, 1)
+}
+
+// TestShortRAID6 kills two nodes at once on a 6-node RAID-6 site.
+func TestShortRAID6(t *testing.T) {
+	runShort(t, "raid6-6node.yaml", []string{KillTwo}, 2)
+}
+
+func TestShiftPorts(t *testing.T) {
+	in := "backend:  {port: 24420}\n    etcd:     {client_port: 22379, peer_port: 22380}\n"
+	want := "backend:  {port: 24520}\n    etcd:     {client_port: 22479, peer_port: 22480}\n"
+	if got := ShiftPorts(in, 100); got != want {
+		t.Fatalf("ShiftPorts:\n%s\nwant\n%s", got, want)
+	}
+}

@@ -1,0 +1,473 @@
+package campaign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"tier0/daemon/api"
+	"tier0/daemon/cluster"
+	"tier0/daemon/config"
+	"tier0/daemon/host"
+)
+
+// Cluster is a local cluster of tier0d processes started from one site
+// configuration, each node a process on 127.0.0.1 with file drives under
+// the work directory. Only the processes it started are ever signalled.
+type Cluster struct {
+	Config  *config.Config
+	Site    string // the site file the processes run with
+	Workdir string
+	bin     string
+	log     *slog.Logger
+
+	mu    sync.Mutex
+	procs map[string]*proc
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	done   chan struct{}
+	frozen bool
+}
+
+// LocalOptions configure StartLocal.
+type LocalOptions struct {
+	// Site is the site configuration file (every node on a loopback
+	// address).
+	Site string
+	// Binary is the tier0d executable.
+	Binary string
+	// Workdir receives the drives, state, etcd data and one log per node;
+	// the site's workdir is replaced by it. Created if missing; it must be
+	// empty or hold an earlier run of the same site.
+	Workdir string
+	// PortShift is added to every port in the site file (to run beside
+	// another cluster of the same site); 0 keeps them.
+	PortShift int
+	// Logger (default: discard).
+	Logger *slog.Logger
+}
+
+var (
+	workdirLine = regexp.MustCompile(`(?m)^workdir:.*$`)
+	portField   = regexp.MustCompile(`(port: *)([0-9]+)`)
+)
+
+// StartLocal writes the site for the work directory, starts every node's
+// tier0d and returns once each process runs (not yet healthy: see
+// WaitHealthy).
+func StartLocal(ctx context.Context, o LocalOptions) (*Cluster, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	data, err := os.ReadFile(o.Site)
+	if err != nil {
+		return nil, fmt.Errorf("site configuration: %w", err)
+	}
+	wd, err := filepath.Abs(o.Workdir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(wd, 0o755); err != nil {
+		return nil, fmt.Errorf("work directory: %w", err)
+	}
+	text := string(data)
+	if !workdirLine.MatchString(text) {
+		return nil, fmt.Errorf("site %s has no top-level workdir line; a local campaign needs one to place the drive files", o.Site)
+	}
+	text = workdirLine.ReplaceAllString(text, "workdir: "+wd)
+	if o.PortShift != 0 {
+		text = ShiftPorts(text, o.PortShift)
+	}
+	site := filepath.Join(wd, "site.yaml")
+	if err := os.WriteFile(site, []byte(text), 0o644); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(site)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range cfg.Nodes {
+		if h := n.AdvertiseAddr(n.API); !isLoopback(h) {
+			return nil, fmt.Errorf("node %s's API %s is not on a loopback address; a local campaign runs every node on this machine", n.Name, h)
+		}
+	}
+	if _, err := os.Stat(o.Binary); err != nil {
+		return nil, fmt.Errorf("tier0d binary: %w; build it with `make build` or pass its path", err)
+	}
+	c := &Cluster{Config: cfg, Site: site, Workdir: wd, bin: o.Binary, log: o.Logger, procs: map[string]*proc{}}
+	for _, n := range cfg.Nodes {
+		if err := c.Start(n.Name); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// ShiftPorts adds shift to every "port: N" value in a site file's text.
+func ShiftPorts(text string, shift int) string {
+	return portField.ReplaceAllStringFunc(text, func(s string) string {
+		m := portField.FindStringSubmatch(s)
+		p, _ := strconv.Atoi(m[2])
+		return m[1] + strconv.Itoa(p+shift)
+	})
+}
+
+// FreePortShift returns the first shift among candidates for which every
+// port of the site text can be bound on 127.0.0.1 now.
+func FreePortShift(text string, candidates []int) (int, error) {
+	var ports []int
+	for _, m := range portField.FindAllStringSubmatch(text, -1) {
+		p, _ := strconv.Atoi(m[2])
+		ports = append(ports, p)
+	}
+next:
+	for _, s := range candidates {
+		for _, p := range ports {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+s)))
+			if err != nil {
+				continue next
+			}
+			l.Close()
+		}
+		return s, nil
+	}
+	return 0, fmt.Errorf("no port shift in %v leaves every port of the site free on 127.0.0.1; stop the other local clusters", candidates)
+}
+
+func isLoopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Nodes returns the node names in site order.
+func (c *Cluster) Nodes() []string {
+	var out []string
+	for _, n := range c.Config.Nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// Start starts node's tier0d (it must not be running), logging to
+// <workdir>/<node>.log (appended).
+func (c *Cluster) Start(node string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.procs[node]; p != nil && !p.exited() {
+		return fmt.Errorf("node %s is already running (pid %d)", node, p.cmd.Process.Pid)
+	}
+	lf, err := os.OpenFile(filepath.Join(c.Workdir, node+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.bin, "--site", c.Site, "--node", node)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Env = append(os.Environ(), "TIER0_WORK="+c.Workdir)
+	// If this process dies, its nodes die too rather than linger and hold
+	// the ports.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return fmt.Errorf("start tier0d for node %s: %w", node, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	c.procs[node] = p
+	c.log.Info("node started", "node", node, "pid", cmd.Process.Pid)
+	return nil
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Cluster) running(node string) (*proc, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.procs[node]
+	if p == nil || p.exited() {
+		return nil, fmt.Errorf("node %s is not running", node)
+	}
+	return p, nil
+}
+
+// Running reports whether node's process runs (frozen counts as running).
+func (c *Cluster) Running(node string) bool {
+	_, err := c.running(node)
+	return err == nil
+}
+
+// Kill sends SIGKILL to node's process and waits for it to exit.
+func (c *Cluster) Kill(node string) error {
+	p, err := c.running(node)
+	if err != nil {
+		return err
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 node %s (pid %d): %w", node, p.cmd.Process.Pid, err)
+	}
+	<-p.done
+	c.log.Info("node killed", "node", node)
+	return nil
+}
+
+// Freeze stops node's process with SIGSTOP: it keeps its sockets but does
+// nothing, like a node cut off or paused (it cannot renew its lease).
+func (c *Cluster) Freeze(node string) error {
+	p, err := c.running(node)
+	if err != nil {
+		return err
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("SIGSTOP node %s: %w", node, err)
+	}
+	c.mu.Lock()
+	p.frozen = true
+	c.mu.Unlock()
+	return nil
+}
+
+// Thaw resumes a frozen node with SIGCONT.
+func (c *Cluster) Thaw(node string) error {
+	p, err := c.running(node)
+	if err != nil {
+		return err
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("SIGCONT node %s: %w", node, err)
+	}
+	c.mu.Lock()
+	p.frozen = false
+	c.mu.Unlock()
+	return nil
+}
+
+// Close stops every node it started: SIGCONT and SIGTERM, then SIGKILL for
+// those still running after 5 s.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	ps := make([]*proc, 0, len(c.procs))
+	for _, p := range c.procs {
+		ps = append(ps, p)
+	}
+	c.mu.Unlock()
+	for _, p := range ps {
+		if !p.exited() {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.After(5 * time.Second)
+	for _, p := range ps {
+		select {
+		case <-p.done:
+		case <-deadline:
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+	}
+}
+
+// client returns an API client for node.
+func (c *Cluster) client(node string) *api.Client {
+	n, _ := c.Config.Node(node)
+	return api.NewClient("http://"+n.AdvertiseAddr(n.API), "", &httpClient)
+}
+
+// Arrays returns the cluster's array views, asked of the running, unfrozen
+// nodes in turn.
+func (c *Cluster) Arrays(ctx context.Context) ([]api.Array, error) {
+	var errs []error
+	for _, n := range c.Nodes() {
+		p, err := c.running(n)
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		frozen := p.frozen
+		c.mu.Unlock()
+		if frozen {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		as, err := c.client(n).Arrays(actx)
+		cancel()
+		if err == nil {
+			return as, nil
+		}
+		errs = append(errs, fmt.Errorf("node %s: %w", n, err))
+	}
+	return nil, fmt.Errorf("no running node answered the array query: %w", errors.Join(errs...))
+}
+
+// Coordinator names the node that runs the state machine now ("" when
+// unknown).
+func (c *Cluster) Coordinator(ctx context.Context) string {
+	for _, n := range c.Nodes() {
+		if p, err := c.running(n); err != nil || p.frozen {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := c.client(n).Status(actx)
+		cancel()
+		if err == nil {
+			return st.Coordinator
+		}
+	}
+	return ""
+}
+
+// Healthy reports whether every array is active and optimal, and if not,
+// which are not (as "name:state/phase@owner").
+func Healthy(as []api.Array) (bool, []string) {
+	var bad []string
+	for _, a := range as {
+		if a.State != cluster.StateOptimal || a.Phase != "active" || a.Owner == "" {
+			bad = append(bad, fmt.Sprintf("%s:%s/%s@%s", a.Name, a.State, a.Phase, a.Owner))
+		}
+	}
+	return len(bad) == 0, bad
+}
+
+// ErrStuck is returned by WaitHealthy when arrays stay unhealthy past the
+// bound.
+var ErrStuck = errors.New("arrays not back active and optimal")
+
+// WaitHealthy waits until every array is active and optimal, checking
+// every 250 ms, for at most bound. It returns how long that took; on
+// timeout, an error wrapping ErrStuck naming the arrays still unhealthy.
+func (c *Cluster) WaitHealthy(ctx context.Context, bound time.Duration) (time.Duration, []string, error) {
+	start := time.Now()
+	var last []string
+	var lastErr error
+	for {
+		as, err := c.Arrays(ctx)
+		if err == nil && len(as) == len(c.Config.Arrays) {
+			ok, bad := Healthy(as)
+			if ok {
+				return time.Since(start), nil, nil
+			}
+			last, lastErr = bad, nil
+		} else if err != nil {
+			lastErr = err
+		}
+		if time.Since(start) > bound {
+			if last == nil {
+				last = []string{"(no array view)"}
+			}
+			return time.Since(start), last, fmt.Errorf("after %v: %s (last query error: %v): %w", bound, strings.Join(last, " "), lastErr, ErrStuck)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), last, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// WaitArray waits until cond holds for the named array's view.
+func (c *Cluster) WaitArray(ctx context.Context, name string, bound time.Duration, cond func(api.Array) bool) (api.Array, error) {
+	start := time.Now()
+	var last api.Array
+	for {
+		if as, err := c.Arrays(ctx); err == nil {
+			for _, a := range as {
+				if a.Name == name {
+					last = a
+					if cond(a) {
+						return a, nil
+					}
+				}
+			}
+		}
+		if time.Since(start) > bound {
+			return last, fmt.Errorf("array %s: condition not reached in %v (last: %s/%s owner %s epoch %d)", name, bound, last.State, last.Phase, last.Owner, last.Epoch)
+		}
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// hostID is the campaign host's NVMe host ID.
+var hostID = [16]byte{0x74, 0x69, 0x65, 0x72, 0x30, 0x2d, 0x63, 0x61, 0x6d, 0x70, 0x61, 0x69, 0x67, 0x6e, 0x00, 0x01}
+
+// OpenArray connects a multipath device to array over every node's
+// frontend. Paths of nodes not running are left out (they cannot be added
+// later).
+func (c *Cluster) OpenArray(array string, hold time.Duration, log *slog.Logger) (*host.Multipath, error) {
+	if _, ok := c.Config.Array(array); !ok {
+		return nil, fmt.Errorf("array %q is not in the site", array)
+	}
+	var paths []host.PathSpec
+	for _, n := range c.Config.Nodes {
+		if !c.Running(n.Name) {
+			continue
+		}
+		paths = append(paths, host.PathSpec{Addr: n.AdvertiseAddr(n.Frontend), Options: host.Options{
+			SubNQN:          c.Config.SubsystemNQN(array),
+			HostNQN:         "nqn.2014-08.io.tier0:campaign-host",
+			HostID:          hostID,
+			IOQueues:        1,
+			QueueDepth:      32,
+			KATO:            2 * time.Second,
+			IOTimeout:       5 * time.Second,
+			DialTimeout:     time.Second,
+			ReconnectDelay:  200 * time.Millisecond,
+			CtrlLossTimeout: time.Second,
+			Logger:          log,
+		}})
+	}
+	return host.NewMultipath(paths, host.MPOptions{HoldTimeout: hold, Logger: log})
+}
+
+type apiArray = api.Array
+
+// Owners maps each array to its owner now.
+func Owners(as []api.Array) map[string]string {
+	m := map[string]string{}
+	for _, a := range as {
+		m[a.Name] = a.Owner
+	}
+	return m
+}
+
+// etcdPeers returns the nodes that run an embedded etcd member.
+func (c *Cluster) etcdPeers() []string {
+	var out []string
+	for _, p := range c.Config.EtcdPeers() {
+		out = append(out, p.Node)
+	}
+	slices.Sort(out)
+	return out
+}
