@@ -84,8 +84,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// Logger receives tier0's own messages (default: discard).
 	Logger *slog.Logger
-	// EtcdLogLevel is the level of etcd's internal logs, written to
-	// stderr as JSON: debug, info, warn, error (default error).
+	// EtcdLogLevel is the lowest level of etcd's internal logs passed to
+	// Logger (tagged component=etcd): debug, info, warn, error (default
+	// warn).
 	EtcdLogLevel string
 	// Now is the clock for lease deadlines (default time.Now).
 	Now func() time.Time
@@ -128,7 +129,7 @@ func (o *Options) fill() error {
 		o.Now = time.Now
 	}
 	if o.EtcdLogLevel == "" {
-		o.EtcdLogLevel = "error"
+		o.EtcdLogLevel = "warn"
 	}
 	switch {
 	case len(o.Endpoints) > 0 && len(o.Peers) > 0:
@@ -198,7 +199,8 @@ func (s *Store) startMember(ctx context.Context, self Peer) error {
 	cfg.Dir = o.DataDir
 	cfg.TickMs, cfg.ElectionMs = o.TickMs, o.ElectionMs
 	cfg.InitialClusterToken = o.ClusterToken
-	cfg.Logger, cfg.LogLevel, cfg.LogOutputs = "zap", o.EtcdLogLevel, []string{"stderr"}
+	cfg.Logger, cfg.LogLevel = "zap", o.EtcdLogLevel
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newEtcdLogger(o.Logger, o.EtcdLogLevel))
 	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", "1h"
 	peerURL, err := parseURL("peer URL of "+self.Name, self.PeerURL)
 	if err != nil {

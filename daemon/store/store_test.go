@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +16,9 @@ import (
 	"go.uber.org/zap"
 )
 
-func freePort(t *testing.T) int {
+func freePort(t *testing.T) int { return freePortTB(t) }
+
+func freePortTB(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -447,3 +451,26 @@ func TestGuardedQueue(t *testing.T) {
 		t.Fatalf("unguarded report: %v", err)
 	}
 }
+
+func TestEtcdLogsGoToInjectedLogger(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
+	ps := peers(t, 1)
+	o := options(ps, 0, t.TempDir())
+	o.Logger, o.EtcdLogLevel = slog.New(slog.NewTextHandler(w, nil)), "info"
+	s, err := Open(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(buf.String(), "component=etcd") || !strings.Contains(buf.String(), "etcd member ready") {
+		t.Fatalf("etcd's logs did not reach the injected logger:\n%.2000s", buf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
