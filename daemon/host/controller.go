@@ -418,8 +418,8 @@ func (c *Controller) supervise(a *assoc) {
 			a.fail(errClosed)
 			return
 		case now := <-tick.C:
-			for _, q := range a.io {
-				if d := q.oldest(now, nil); d > c.opts.IOTimeout {
+			for _, q := range append([]*queue{a.admin}, a.io...) {
+				if d := q.oldest(now); d > c.opts.IOTimeout {
 					c.log.Warn("command timed out; resetting the association", "qid", q.qid, "waited", d)
 					a.fail(fmt.Errorf("a command on queue %d waited %v, past the %v I/O timeout: %w", q.qid, d.Round(time.Millisecond), c.opts.IOTimeout, blockdev.ErrTimeout))
 				}
@@ -502,7 +502,7 @@ func (c *Controller) aenLoop(a *assoc) {
 		return
 	}
 	for {
-		cqe, err := a.admin.submit(&cmd{sqe: nvme.SQE{Opcode: nvme.AdminAsyncEvent}})
+		cqe, err := a.admin.submit(&cmd{sqe: nvme.SQE{Opcode: nvme.AdminAsyncEvent}, noTimeout: true})
 		if err != nil {
 			return
 		}

@@ -61,9 +61,19 @@ type queue struct {
 	slots []slot
 	free  chan uint16
 
+	// R2Ts are answered by a sender goroutine so that the reader never
+	// blocks on a full socket send buffer while the controller waits for
+	// us to read.
+	r2t chan r2tReq
+
 	dead     chan struct{}
 	deadOnce sync.Once
 	deadErr  error
+}
+
+type r2tReq struct {
+	s *slot
+	r nvme.R2T
 }
 
 // dialQueue connects one queue: TCP connect, ICReq/ICResp exchange, start
@@ -116,11 +126,17 @@ func dialQueue(ctx context.Context, o *Options, addr string, qid uint16, depth i
 		return nil, fmt.Errorf("ICResp from %s: maxh2cdata %d, the specification requires at least 4096", addr, ic.MaxData)
 	}
 	conn.SetDeadline(time.Time{})
-	q.digest = ic.Digest
-	q.maxH2C = ic.MaxData
+	q.init(ic.Digest, ic.MaxData, depth)
+	return q, nil
+}
+
+// init sets up an initialized connection and starts its goroutines.
+func (q *queue) init(digest uint8, maxH2C uint32, depth int) {
+	q.digest = digest
+	q.maxH2C = maxH2C
 	q.inlineMax = 8192 - nvme.SQELen
-	q.bw = bufio.NewWriterSize(conn, 64<<10)
-	q.br = bufio.NewReaderSize(conn, 64<<10)
+	q.bw = bufio.NewWriterSize(q.conn, 64<<10)
+	q.br = bufio.NewReaderSize(q.conn, 64<<10)
 	q.scratch = make([]byte, 0, nvme.DataHLen+nvme.DigestLen)
 	q.slots = make([]slot, depth)
 	q.free = make(chan uint16, depth)
@@ -128,8 +144,9 @@ func dialQueue(ctx context.Context, o *Options, addr string, qid uint16, depth i
 		q.slots[i].done = make(chan struct{}, 1)
 		q.free <- uint16(i)
 	}
+	q.r2t = make(chan r2tReq, depth)
 	go q.readLoop()
-	return q, nil
+	go q.h2cLoop()
 }
 
 // fail tears the connection down and fails every command in flight.
@@ -165,6 +182,9 @@ type cmd struct {
 	sqe   nvme.SQE
 	wdata []byte // host-to-controller data (in-capsule or R2T)
 	rdata []byte // controller-to-host data destination
+	// noTimeout exempts the command from the I/O timeout (the AER, which
+	// stays outstanding until an event).
+	noTimeout bool
 }
 
 // submit sends c and waits for its completion. It returns the CQE, or an
@@ -206,7 +226,9 @@ func (q *queue) submit(c *cmd) (nvme.CQE, error) {
 		return nvme.CQE{}, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, q.deadErr)
 	}
 	s.active = true
-	s.start.Store(time.Now().UnixNano())
+	if !c.noTimeout {
+		s.start.Store(time.Now().UnixNano())
+	}
 	q.rmu.Unlock()
 
 	q.pending.Add(1)
@@ -237,12 +259,12 @@ func (q *queue) submit(c *cmd) (nvme.CQE, error) {
 }
 
 // oldest returns how long the oldest command in flight has waited, or 0.
-// Commands listed in skip (the outstanding AER) are ignored.
-func (q *queue) oldest(now time.Time, skip func(cid int) bool) time.Duration {
+// Commands submitted with noTimeout (the AER) are not counted.
+func (q *queue) oldest(now time.Time) time.Duration {
 	var max time.Duration
 	for i := range q.slots {
 		st := q.slots[i].start.Load()
-		if st == 0 || (skip != nil && skip(i)) {
+		if st == 0 {
 			continue
 		}
 		if d := now.Sub(time.Unix(0, st)); d > max {
@@ -309,6 +331,9 @@ func (q *queue) read() error {
 		if (hd > 0) != (q.digest&nvme.DigestHeader != 0) && h.Type != nvme.PDUC2HTermReq {
 			return fmt.Errorf("%v PDU: header digest flag %v disagrees with the negotiated digests", h.Type, hd > 0)
 		}
+		if (h.Type == nvme.PDUCapsuleResp || h.Type == nvme.PDUR2T) && int(h.PLen) != hlen+hd {
+			return fmt.Errorf("%v PDU: plen %d, want %d (no data)", h.Type, h.PLen, hlen+hd)
+		}
 		switch h.Type {
 		case nvme.PDUCapsuleResp:
 			cqe, err := nvme.ParseCapsuleResp(hb[:hlen])
@@ -366,16 +391,39 @@ func (q *queue) read() error {
 			if err != nil {
 				return err
 			}
-			if err := q.sendH2C(s, r); err != nil {
-				return err
+			if uint64(r.Offset)+uint64(r.Length) > uint64(len(s.wbuf)) || r.Length == 0 {
+				return fmt.Errorf("R2T cid %d: offset %d length %d outside the %d-byte write", r.CID, r.Offset, r.Length, len(s.wbuf))
+			}
+			select {
+			case q.r2t <- r2tReq{s, r}:
+			default:
+				return fmt.Errorf("R2T cid %d: more R2Ts outstanding than commands in flight", r.CID)
 			}
 		case nvme.PDUC2HTermReq:
-			rest := make([]byte, int(h.PLen)-hlen-hd)
-			io.ReadFull(q.br, rest)
-			t, _ := nvme.ParseTermReq(append(hb[:hlen:hlen], rest...))
-			return fmt.Errorf("controller terminated the connection: C2HTermReq fes %#x fei %#x", t.FES, t.FEI)
+			// the header holds FES and FEI; the rest (the offending
+			// header) is not needed, and the connection ends anyway
+			if hlen < nvme.TermReqHLen {
+				return fmt.Errorf("C2HTermReq with hlen %d", hlen)
+			}
+			return fmt.Errorf("controller terminated the connection: C2HTermReq fes %#x fei %#x",
+				binary.LittleEndian.Uint16(hb[8:]), binary.LittleEndian.Uint32(hb[10:]))
 		default:
 			return fmt.Errorf("unexpected %v PDU from the controller", h.Type)
+		}
+	}
+}
+
+// h2cLoop answers R2Ts until the queue dies.
+func (q *queue) h2cLoop() {
+	for {
+		select {
+		case req := <-q.r2t:
+			if err := q.sendH2C(req.s, req.r); err != nil {
+				q.fail(fmt.Errorf("sending H2CData: %w", err))
+				return
+			}
+		case <-q.dead:
+			return
 		}
 	}
 }
