@@ -79,7 +79,10 @@ func (n *Node) coordinate(ctx context.Context) error {
 			}
 		}
 	}
-	alive, err := n.st.Nodes(ctx)
+	// The snapshot of live nodes and the watch that follows it must meet
+	// at one revision: a lease that expires between the two (the old
+	// coordinator's own, when it was killed) would otherwise never be seen.
+	alive, rev, err := n.liveNodes(ctx)
 	if err != nil {
 		return err
 	}
@@ -138,7 +141,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 	for name := range alive {
 		live[name] = true
 	}
-	nodes := n.st.WatchNodes(ctx, 0)
+	nodes := n.st.WatchNodes(ctx, rev+1)
 	reports := n.watchReports(ctx)
 	tick := time.NewTicker(n.opts.Tick)
 	defer tick.Stop()
@@ -176,6 +179,24 @@ func (n *Node) coordinate(ctx context.Context) error {
 		n.dispatch(ctx, m)
 		n.publishView(ctx, m)
 	}
+}
+
+// liveNodes lists the nodes with a live lease and the store revision of
+// that answer.
+func (n *Node) liveNodes(ctx context.Context) (map[string]store.NodeInfo, int64, error) {
+	resp, err := n.st.Client().Get(ctx, n.key("nodes")+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("list live nodes: %w", err)
+	}
+	out := map[string]store.NodeInfo{}
+	for _, kv := range resp.Kvs {
+		var ni store.NodeInfo
+		if err := json.Unmarshal(kv.Value, &ni); err != nil {
+			return nil, 0, fmt.Errorf("node key %s: %w", kv.Key, err)
+		}
+		out[ni.Node] = ni
+	}
+	return out, resp.Header.Revision, nil
 }
 
 func (n *Node) anyOwnership(ctx context.Context) bool {
