@@ -131,6 +131,12 @@ func (m *Machine) Tick() {
 // ErrUnknownArray, ErrUnknownDrive or ErrBadConfig when the event does not
 // fit the machine's state; the state is then unchanged.
 func (m *Machine) Step(ev Event) error {
+	if hb, ok := ev.(Heartbeat); ok {
+		if n, known := m.nodes[hb.Node]; known && n.state == NodeUp {
+			n.lastBeat = m.now // a plain renewal decides nothing
+			return nil
+		}
+	}
 	if err := m.step(ev); err != nil {
 		return err
 	}
@@ -704,26 +710,21 @@ func (m *Machine) eligible(id string) bool {
 	return ok && n.state == NodeUp && !n.suspect && !n.draining
 }
 
-func (m *Machine) load(id string) int {
-	k := 0
-	for _, name := range m.arrayOrder {
-		a := m.arrays[name]
-		if a.owner == id && a.phase != phaseIdle {
-			k++
-		}
-	}
-	return k
-}
-
 // leastLoaded picks the eligible node owning the fewest arrays, ties broken
 // by name, never except and never one a failed attempt marked to avoid.
 func (m *Machine) leastLoaded(a *array, except string) string {
+	load := make(map[string]int, len(m.nodes))
+	for _, name := range m.arrayOrder {
+		if o := m.arrays[name]; o.phase != phaseIdle {
+			load[o.owner]++
+		}
+	}
 	best, bestLoad := "", 0
 	for _, id := range m.nodeOrder {
 		if id == except || a.avoid[id] || !m.eligible(id) {
 			continue
 		}
-		if l := m.load(id); best == "" || l < bestLoad {
+		if l := load[id]; best == "" || l < bestLoad {
 			best, bestLoad = id, l
 		}
 	}
