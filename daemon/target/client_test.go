@@ -132,6 +132,7 @@ func (c *rawClient) do(sqe nvme.SQE, out []byte, inCapsule bool) result {
 }
 
 func (c *rawClient) try(sqe nvme.SQE, out []byte, inCapsule bool) (result, error) {
+	_ = c.nc.SetDeadline(time.Now().Add(20 * time.Second))
 	c.cid++
 	sqe.CID = c.cid
 	sqe.Flags |= nvme.SQEFlagSGLMeta
