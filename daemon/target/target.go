@@ -190,7 +190,7 @@ func New(cfg Config) (*Target, error) {
 		cfg.Clock = realClock{}
 	}
 	t := &Target{
-		cfg: cfg, log: cfg.Logger, rl: newRateLimiter(time.Second), mdts: mdts + 0, pools: newBufPools(cfg.MaxDataTransfer),
+		cfg: cfg, log: cfg.Logger, rl: newRateLimiter(time.Second), mdts: mdts, pools: newBufPools(cfg.MaxDataTransfer),
 		subsys: map[string]*subsystem{}, ctrls: map[uint16]*controller{}, nextCntl: cfg.CntlIDBase,
 		conns: map[*conn]struct{}{}, advertise: cfg.Advertise, stopKA: make(chan struct{}),
 	}

@@ -1,0 +1,208 @@
+package main
+
+// fabric serve: run an NVMe/TCP target alone, serving files or block
+// devices as the namespaces of one subsystem. Usage in docs/FABRIC.md.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/blockdev/local"
+	"tier0/daemon/nvme"
+	"tier0/daemon/target"
+)
+
+type fabricServeFlags struct {
+	listen, discoveryListen, advertise string
+	nqn                                string
+	ns                                 []string
+	size                               string
+	blockSize                          int
+	anaState                           string
+	anaGroup                           uint32
+	allowHosts                         []string
+	cntlidBase, cntlidCount            uint16
+	stateDir                           string
+	buffered                           bool
+	verbose                            bool
+}
+
+var fabricServeOpts fabricServeFlags
+
+var fabricServeCmd = &cobra.Command{
+	Use:   "serve --nqn NQN --ns PATH [--ns PATH...]",
+	Short: "Serve files or block devices as an NVMe/TCP subsystem (a standalone target)",
+	Long: `Serve files or block devices as the namespaces (1, 2, ...) of one NVMe/TCP
+subsystem until interrupted. The same port answers discovery; --discovery-listen
+adds a second port such as :8009. Namespace NGUID/UUID are derived from the
+NQN and namespace ID, so two nodes serving the same NQN present one multipath
+namespace; give each node its own --cntlid-base range.`,
+	Args: cobra.NoArgs,
+	RunE: func(cmd *cobra.Command, _ []string) error {
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runFabricServe(ctx, &fabricServeOpts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	},
+}
+
+func init() {
+	f := fabricServeCmd.Flags()
+	o := &fabricServeOpts
+	f.StringVar(&o.listen, "listen", "0.0.0.0:4420", "ADDR:PORT to serve I/O and discovery on")
+	f.StringVar(&o.discoveryListen, "discovery-listen", "", "optional second ADDR:PORT, e.g. :8009 (the well-known discovery port)")
+	f.StringVar(&o.advertise, "advertise", "", "ADDR:PORT written into discovery log entries (default: the listen address)")
+	f.StringVar(&o.nqn, "nqn", "", "subsystem NQN (required)")
+	f.StringArrayVar(&o.ns, "ns", nil, "file or block device to serve as the next namespace (repeatable)")
+	f.StringVar(&o.size, "size", "", "create missing --ns files with this size (e.g. 1G)")
+	f.IntVar(&o.blockSize, "block-size", 4096, "logical block size of --ns files (512 or 4096)")
+	f.StringVar(&o.anaState, "ana-state", "optimized", "ANA state of this node's path: optimized, non-optimized, inaccessible, persistent-loss, change")
+	f.Uint32Var(&o.anaGroup, "ana-group", 1, "ANA group of the namespaces (1-32)")
+	f.StringArrayVar(&o.allowHosts, "allow-host", nil, "host NQN allowed to connect (repeatable; none: any host)")
+	f.Uint16Var(&o.cntlidBase, "cntlid-base", 1, "first controller ID handed out; use disjoint ranges per node")
+	f.Uint16Var(&o.cntlidCount, "cntlid-count", 256, "number of controller IDs from --cntlid-base")
+	f.StringVar(&o.stateDir, "state-dir", "", "directory for persistent reservation state (default: memory only)")
+	f.BoolVar(&o.buffered, "buffered", false, "fall back to buffered I/O where O_DIRECT is refused (tmpfs)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "debug logging")
+	fabricServeGroup().AddCommand(fabricServeCmd)
+}
+
+// fabricServeGroup returns the `tier0 fabric` group, creating it when no
+// other verb file registered it first.
+func fabricServeGroup() *cobra.Command {
+	for _, c := range rootCmd.Commands() {
+		if c.Name() == "fabric" {
+			return c
+		}
+	}
+	g := &cobra.Command{Use: "fabric", Short: "Standalone NVMe/TCP tools: serve a target, read/write/verify through the initiator"}
+	rootCmd.AddCommand(g)
+	return g
+}
+
+// serveSize parses "4096", "64K", "1M", "2G", "1T".
+func serveSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for suf, m := range map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40} {
+		if strings.HasSuffix(t, suf) {
+			mult, t = m, strings.TrimSuffix(t, suf)
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive number with an optional K, M, G or T suffix", s)
+	}
+	return n * mult, nil
+}
+
+// namespaceIDs derives the NGUID and UUID of a namespace from the
+// subsystem NQN and the namespace ID, identical on every node.
+func namespaceIDs(nqn string, nsid uint32) (nguid, uuid [16]byte) {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], nsid)
+	h := sha256.Sum256(append([]byte("tier0-ns:"+nqn+":"), b[:]...))
+	copy(nguid[:], h[:16])
+	copy(uuid[:], h[16:32])
+	uuid[6] = uuid[6]&0x0F | 0x80 // version 8 (custom)
+	uuid[8] = uuid[8]&0x3F | 0x80 // RFC 4122 variant
+	return nguid, uuid
+}
+
+// fabricServeInfo is what `fabric serve` prints once it is serving.
+type fabricServeInfo struct {
+	Listen     string   `json:"listen"`
+	Advertise  string   `json:"advertise,omitempty"`
+	NQN        string   `json:"nqn"`
+	Namespaces []string `json:"namespaces"`
+	ANAState   string   `json:"ana_state"`
+	ANAGroup   uint32   `json:"ana_group"`
+	CntlIDs    [2]int   `json:"cntlid_range"`
+}
+
+func runFabricServe(ctx context.Context, o *fabricServeFlags, stdout, stderr io.Writer) error {
+	if o.nqn == "" || len(o.ns) == 0 {
+		return errors.New("fabric serve: --nqn NQN and at least one --ns PATH are required")
+	}
+	state, err := nvme.ParseANAState(o.anaState)
+	if err != nil {
+		return fmt.Errorf("fabric serve: --ana-state: %w", err)
+	}
+	var size int64
+	if o.size != "" {
+		if size, err = serveSize(o.size); err != nil {
+			return fmt.Errorf("fabric serve: --size: %w", err)
+		}
+	}
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var devs []blockdev.Device
+	defer func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	}()
+	for _, p := range o.ns {
+		opts := local.Options{BlockSize: o.blockSize, AllowBuffered: o.buffered, Logger: log}
+		if size > 0 {
+			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+				opts.Create, opts.Size = true, size
+			}
+		}
+		d, err := local.Open(p, opts)
+		if err != nil {
+			return fmt.Errorf("fabric serve: open --ns %s: %w (use --size to create a file, --buffered on tmpfs)", p, err)
+		}
+		devs = append(devs, d)
+	}
+	tg, err := target.New(target.Config{Listen: o.listen, DiscoveryListen: o.discoveryListen, Advertise: o.advertise,
+		CntlIDBase: o.cntlidBase, CntlIDCount: o.cntlidCount, StateDir: o.stateDir, Logger: log})
+	if err != nil {
+		return fmt.Errorf("fabric serve: %w", err)
+	}
+	defer tg.Close()
+	sc := target.SubsystemConfig{NQN: o.nqn, AllowAnyHost: len(o.allowHosts) == 0, AllowedHosts: o.allowHosts,
+		ANAStates: map[uint32]nvme.ANAState{o.anaGroup: state}}
+	if err := tg.AddSubsystem(sc); err != nil {
+		return fmt.Errorf("fabric serve: %w", err)
+	}
+	for i, d := range devs {
+		nsid := uint32(i + 1)
+		nguid, uuid := namespaceIDs(o.nqn, nsid)
+		if err := tg.AddNamespace(o.nqn, target.NamespaceConfig{NSID: nsid, Device: d, NGUID: nguid, UUID: uuid, ANAGroup: o.anaGroup}); err != nil {
+			return fmt.Errorf("fabric serve: namespace %d (%s): %w", nsid, o.ns[i], err)
+		}
+	}
+	if err := tg.Start(); err != nil {
+		return fmt.Errorf("fabric serve: %w", err)
+	}
+	info := fabricServeInfo{Listen: tg.Addr().String(), Advertise: o.advertise, NQN: o.nqn, Namespaces: o.ns, ANAState: state.String(),
+		ANAGroup: o.anaGroup, CntlIDs: [2]int{int(o.cntlidBase), int(o.cntlidBase) + int(o.cntlidCount) - 1}}
+	if jsonOut {
+		if err := json.NewEncoder(stdout).Encode(info); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "serving %s on %s: %d namespace(s), ANA group %d %s, controller IDs %d-%d\n",
+			info.NQN, info.Listen, len(info.Namespaces), info.ANAGroup, info.ANAState, info.CntlIDs[0], info.CntlIDs[1])
+	}
+	<-ctx.Done()
+	log.Info("fabric serve: shutting down", "reason", context.Cause(ctx))
+	return nil
+}
