@@ -138,15 +138,18 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s: NVMe status %#x (%v)", e.Op, uint16(e.Status.Code()), e.Status)
 }
 
-// Is maps NVMe statuses onto the blockdev sentinels.
+// Is maps NVMe statuses onto the blockdev sentinels: a reservation conflict
+// and a command aborted because another host preempted-and-aborted us are
+// ErrFenced; LBA out of range is ErrOutOfRange; every other status is ErrIO.
 func (e *StatusError) Is(target error) bool {
+	fenced := e.Status.Code() == nvme.StatusReservationConflict || e.Status.Code() == nvme.StatusPreemptAbort
 	switch target {
 	case blockdev.ErrFenced:
-		return e.Status.Code() == nvme.StatusReservationConflict
+		return fenced
 	case blockdev.ErrOutOfRange:
 		return e.Status.Code() == nvme.StatusLBARange || e.Status.Code() == nvme.StatusCapacityExceeded
 	case blockdev.ErrIO:
-		return e.Status.Code() != nvme.StatusReservationConflict
+		return !fenced
 	}
 	return false
 }

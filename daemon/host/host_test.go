@@ -418,3 +418,58 @@ func TestMultipathPathLoss(t *testing.T) {
 		t.Fatalf("path 1 not usable again after its target came back: %+v", mp.Paths())
 	}
 }
+
+func TestStatusMapping(t *testing.T) {
+	for _, c := range []struct {
+		st                       nvme.Status
+		fenced, io, rng, pathErr bool
+	}{
+		{nvme.StatusReservationConflict | nvme.StatusDNR, true, false, false, false},
+		{nvme.StatusPreemptAbort, true, false, false, false},
+		{nvme.StatusLBARange | nvme.StatusDNR, false, true, true, false},
+		{nvme.StatusANAInaccessible, false, true, false, true},
+		{nvme.StatusANATransition, false, true, false, true},
+		{nvme.StatusInternal, false, true, false, false},
+		{nvme.StatusWriteFault, false, true, false, false},
+	} {
+		err := fmt.Errorf("wrapped: %w", &StatusError{Op: "write", Status: c.st})
+		if errors.Is(err, blockdev.ErrFenced) != c.fenced || errors.Is(err, blockdev.ErrIO) != c.io ||
+			errors.Is(err, blockdev.ErrOutOfRange) != c.rng || IsPathError(err) != c.pathErr {
+			t.Errorf("status %#x: fenced %v io %v range %v path %v; want %v %v %v %v", uint16(c.st),
+				errors.Is(err, blockdev.ErrFenced), errors.Is(err, blockdev.ErrIO), errors.Is(err, blockdev.ErrOutOfRange), IsPathError(err),
+				c.fenced, c.io, c.rng, c.pathErr)
+		}
+	}
+	if !IsPathError(fmt.Errorf("x: %w", errConnLost)) {
+		t.Error("a lost connection is not a path error")
+	}
+}
+
+// TestMultipathReservation: reservation commands go through a usable path.
+func TestMultipathReservation(t *testing.T) {
+	f1 := newFakeTarget(t, testNQN, 1<<20)
+	f2 := newFakeTarget(t, testNQN, 1<<20)
+	f2.setANA(nvme.ANAInaccessible)
+	o := testOpts()
+	o.HostID = [16]byte{7}
+	mp, err := NewMultipath([]PathSpec{{Addr: f2.addr(), Options: o}, {Addr: f1.addr(), Options: o}}, MPOptions{HoldTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Close()
+	if err := mp.Register(nvme.ResvRegister, 0, 5, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := mp.Acquire(nvme.ResvAcquire, nvme.ResvWriteExclusive, 5, 0); err != nil {
+		t.Fatal(err)
+	}
+	f1.mu.Lock()
+	holder, key := f1.holder, f1.regs[[16]byte{7}]
+	f1.mu.Unlock()
+	if holder != ([16]byte{7}) || key != 5 {
+		t.Fatalf("optimized path's target: holder %x key %d, want host 7 with key 5", holder, key)
+	}
+	if err := mp.Acquire(nvme.ResvAcquire, nvme.ResvWriteExclusive, 6, 0); !errors.Is(err, blockdev.ErrFenced) {
+		t.Fatalf("acquire with a wrong key: %v, want ErrFenced", err)
+	}
+}

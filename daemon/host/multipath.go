@@ -359,6 +359,35 @@ func (m *Multipath) BlockSize() int { return m.bs }
 // are per host and so may go through any path).
 func (m *Multipath) Namespace(i int) *Namespace { return m.paths[i].ns }
 
+// Register, Acquire, Release and Report run the reservation commands of
+// Namespace through a usable path (reservations belong to the host ID, the
+// same on every path). A reservation conflict is ErrFenced and is not
+// retried on another path; a path error is.
+func (m *Multipath) Register(action uint8, crkey, nrkey uint64, iekey bool) error {
+	return m.do(func(ns *Namespace) error { return ns.Register(action, crkey, nrkey, iekey) })
+}
+
+// Acquire: see Register.
+func (m *Multipath) Acquire(action uint8, t nvme.ResvType, crkey, prkey uint64) error {
+	return m.do(func(ns *Namespace) error { return ns.Acquire(action, t, crkey, prkey) })
+}
+
+// Release: see Register.
+func (m *Multipath) Release(action uint8, t nvme.ResvType, crkey uint64) error {
+	return m.do(func(ns *Namespace) error { return ns.Release(action, t, crkey) })
+}
+
+// Report: see Register.
+func (m *Multipath) Report() (nvme.ResvStatus, error) {
+	var st nvme.ResvStatus
+	err := m.do(func(ns *Namespace) error {
+		var err error
+		st, err = ns.Report()
+		return err
+	})
+	return st, err
+}
+
 // Close disconnects every path.
 func (m *Multipath) Close() error {
 	m.mu.Lock()
