@@ -44,6 +44,20 @@ func (c *Controller) RefreshANA(ctx context.Context) error {
 	return nil
 }
 
+// refreshANAAsync re-reads the ANA log in the background, at most one read
+// at a time per controller (many failing I/Os ask at once).
+func (c *Controller) refreshANAAsync() {
+	if !c.anaBusy.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer c.anaBusy.Store(false)
+		if err := c.RefreshANA(context.Background()); err != nil {
+			c.log.Debug("re-reading the ANA log after a path error failed", "err", err)
+		}
+	}()
+}
+
 // GroupState returns the ANA state of group grp as last read from this
 // controller (false when unknown).
 func (c *Controller) GroupState(grp uint32) (ANAState, bool) {

@@ -210,10 +210,11 @@ type Controller struct {
 
 	rr atomic.Uint32
 
-	anaMu  sync.Mutex
-	anaGen uint64
-	ana    map[uint32]ANAState // group -> state, from the last ANA log read
-	anaSub []chan struct{}
+	anaMu   sync.Mutex
+	anaGen  uint64
+	ana     map[uint32]ANAState // group -> state, from the last ANA log read
+	anaSub  []chan struct{}
+	anaBusy atomic.Bool
 
 	stats struct {
 		reconnects atomic.Int64

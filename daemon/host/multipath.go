@@ -251,7 +251,7 @@ func (m *Multipath) do(f func(ns *Namespace) error) error {
 			avoid |= 1 << uint(m.index(p)%64)
 			// the controller's view changed; re-read its ANA log in the
 			// background (an AEN usually does this too)
-			go p.ctrl.RefreshANA(context.Background())
+			p.ctrl.refreshANAAsync()
 			if m.pick(avoid) != nil {
 				continue
 			}
