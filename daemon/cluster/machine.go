@@ -417,6 +417,8 @@ func (m *Machine) observed(e ArrayObserved) error {
 	switch {
 	case e.Owner != "" && e.Serving && known && n.state == NodeUp:
 		a.owner, a.phase = e.Owner, phaseActive
+	case e.Owner == "":
+		a.owner, a.phase, a.from, a.kind = "", phaseIdle, "", "assign"
 	default:
 		a.owner, a.phase, a.from, a.kind = e.Owner, phaseIdle, e.Owner, "failover"
 	}
