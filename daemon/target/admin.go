@@ -517,6 +517,12 @@ func (t *Target) getLogPage(r *request) nvme.Status {
 	c := r.c.ctrl
 	g := nvme.ParseGetLogPageCmd(&r.sqe)
 	switch g.LID {
+	case nvme.LogSupportedPages:
+		page := make([]byte, 1024)
+		for _, lid := range []uint8{nvme.LogSupportedPages, nvme.LogError, nvme.LogSMART, nvme.LogFWSlot, nvme.LogChangedNSList, nvme.LogANA, nvme.LogResvNotification} {
+			page[4*int(lid)] = 1 // LSUPP
+		}
+		return r.sendLog(page, g)
 	case nvme.LogError:
 		return r.sendLog(make([]byte, nvme.ErrorLogEntryLen), g)
 	case nvme.LogSMART:

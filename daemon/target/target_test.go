@@ -210,6 +210,10 @@ func TestReadWriteAllDigests(t *testing.T) {
 			if !bytes.Equal(got, big) {
 				t.Fatal("device content differs from what was written")
 			}
+			sm, _ := nvme.ParseSMARTLog(a.getLog(nvme.LogSMART, 0, 512, 1).data)
+			if sm.HostWrites != 2 || sm.HostReads != 2 || sm.DataUnitsWritten != uint64((4096+256<<10)/512+999)/1000 {
+				t.Fatalf("SMART counters %+v after 2 writes and 2 reads", sm)
+			}
 			if r := q.do(nvme.SQE{Opcode: nvme.CmdFlush, NSID: 1}, nil, false); !r.cqe.Status.OK() {
 				t.Fatalf("flush: %v", r.cqe.Status)
 			}
@@ -991,8 +995,16 @@ func TestRuntimeAPI(t *testing.T) {
 	if ns, _ := nvme.ParseIdentifyNamespace(a.identify(nvme.CNSNamespace, 5).data); ns.NCAP != 0 {
 		t.Fatal("removed namespace still identifies")
 	}
-	sm, _ := nvme.ParseSMARTLog(a.getLog(nvme.LogSMART, 0, 512, 0xFFFFFFFF).data)
-	_ = sm
+	sup := a.getLog(nvme.LogSupportedPages, 0, 1024, 0).data
+	if sup[4*int(nvme.LogANA)] != 1 || sup[4*int(nvme.LogDiscovery)] != 0 {
+		t.Fatal("supported log pages list is wrong")
+	}
+	if r := a.getLog(0x77, 0, 512, 0); r.cqe.Status != nvme.StatusInvalidLogPage|nvme.StatusDNR {
+		t.Fatalf("unknown log page: %v", r.cqe.Status)
+	}
+	if r := a.getLog(nvme.LogSMART, 0, 512, 0xFFFFFFFF); !r.cqe.Status.OK() || len(r.data) != 512 {
+		t.Fatalf("SMART log: %v", r.cqe.Status)
+	}
 	if err := tg.RemoveSubsystem(testSubNQN); err != nil {
 		t.Fatal(err)
 	}
