@@ -111,6 +111,7 @@ type Checker struct {
 	log     *slog.Logger
 	targets []*target
 	gen     atomic.Uint64
+	pace    atomic.Int64  // ns each worker waits between operations
 	runs    atomic.Uint64 // seeds for successive Run calls
 
 	running sync.Mutex // held by Run and Verify
@@ -219,6 +220,11 @@ func (c *Checker) noteErr(err error) {
 	}
 }
 
+// SetPace makes every worker wait d after each operation (0: none), for
+// example to leave a throttled rebuild room while still writing. It may be
+// called while Run runs.
+func (c *Checker) SetPace(d time.Duration) { c.pace.Store(int64(d)) }
+
 // Run writes (and reads back) until ctx ends, then waits for every I/O it
 // issued to return, and returns nil. I/O errors do not stop it: a failed
 // write is recorded as in flight (its outcome unknown) and the worker goes
@@ -259,11 +265,15 @@ func (c *Checker) worker(ctx context.Context, t *target, lo, hi int, rng *rand.R
 		} else {
 			err = c.write(t, first, n, buf[:n*UnitSize])
 		}
+		wait := time.Duration(c.pace.Load())
 		if err != nil {
 			c.noteErr(err)
+			wait = max(wait, c.opts.ErrorBackoff)
+		}
+		if wait > 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(c.opts.ErrorBackoff):
+			case <-time.After(wait):
 			}
 		}
 	}

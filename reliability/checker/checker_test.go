@@ -127,7 +127,7 @@ func TestCatchesLostWrite(t *testing.T) {
 	// A device that acknowledges but drops every write to unit 9: the
 	// unit reads back as never written.
 	m := newMem()
-	c, err := New([]Target{{Name: "a", Dev: &dropper{Device: m, drop: 9 * UnitSize}}}, Options{Seed: 3})
+	c, err := New([]Target{{Name: "a", Dev: &dropper{Device: m, drop: 9 * UnitSize}}}, Options{Seed: 3, MaxRun: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

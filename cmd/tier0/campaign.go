@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"tier0/reliability/campaign"
+)
+
+// campaignExit carries the campaign's exit code: 1 a violation (data lost,
+// stale or corrupt, or an array stuck), 2 a campaign that could not run.
+type campaignExit struct {
+	err  error
+	code int
+}
+
+func (e campaignExit) Error() string { return e.err.Error() }
+func (e campaignExit) Unwrap() error { return e.err }
+func (e campaignExit) ExitCode() int { return e.code }
+
+func init() {
+	var (
+		site, work, tier0d, faults, logLevel string
+		local, short, keep                   bool
+		duration, bound, pace                time.Duration
+		seed                                 uint64
+		units, portShift                     int
+	)
+	cmd := &cobra.Command{
+		Use:   "campaign --site FILE --local [--short|--duration D] [--seed N]",
+		Short: "fault campaign: inject node kills, freezes and drive faults under a checked write workload",
+		Long: `campaign starts the site's cluster on this machine (one tier0d per node),
+writes self-checking blocks to every array through the ANA multipath, and
+injects faults one after another: kill -9 of an array's owner mid-write,
+SIGSTOP of an owner past its lease then SIGCONT (its late writes must be
+refused by the backend reservations), kill -9 of a random node, of an owner
+while it resyncs a returned member, of an etcd peer, two nodes at once
+(RAID-6 sites), and a member drive failed and replaced. After each fault
+every array must be back active and optimal within --bound. At the end
+every block is verified: it must hold its newest acknowledged write (or a
+newer one that was in flight), never older, never torn.
+
+--short runs two faults (kill-owner, freeze-owner; kill-two on RAID-6
+sites); the default runs every fault once; --duration repeats random faults
+until it has passed (the soak form, scripts/soak.sh).
+
+Exit status: 0 passed, 1 a violation (lost, stale or corrupt data, or a
+stuck array), 2 the campaign could not run. docs/RELIABILITY.md explains
+the campaigns and the figures.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if site == "" {
+				return campaignExit{errors.New("--site is required (e.g. site-configs/local-5node.yaml)"), 2}
+			}
+			if !local {
+				return campaignExit{errors.New("only --local campaigns exist: they start and kill tier0d processes on this machine; pass --local"), 2}
+			}
+			if short && duration > 0 {
+				return campaignExit{errors.New("--short and --duration exclude each other"), 2}
+			}
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(logLevel)); err != nil {
+				return campaignExit{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel), 2}
+			}
+			bin, err := campaignTier0d(tier0d)
+			if err != nil {
+				return campaignExit{err, 2}
+			}
+			if work == "" {
+				work, err = os.MkdirTemp("", "tier0-campaign-")
+				if err != nil {
+					return campaignExit{err, 2}
+				}
+				if !keep {
+					defer os.RemoveAll(work)
+				}
+			}
+			o := campaign.Options{Site: site, Binary: bin, Workdir: work, PortShift: portShift, Seed: seed,
+				Duration: duration, RecoverBound: bound, RecoveryPace: pace, Units: units,
+				Out:    cmd.ErrOrStderr(),
+				Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lv})),
+			}
+			if jsonOut {
+				o.Out = io.Discard
+			}
+			if faults != "" {
+				o.Faults = strings.Split(faults, ",")
+			}
+			o.Short = short
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := campaign.Run(ctx, o)
+			if err != nil {
+				return campaignExit{fmt.Errorf("campaign could not run (node logs in %s; --keep keeps them): %w", work, err), 2}
+			}
+			if jsonOut {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(res); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprint(cmd.OutOrStdout(), res.Summary())
+			}
+			if err := res.Err(); err != nil {
+				if !keep {
+					fmt.Fprintf(cmd.ErrOrStderr(), "the work directory %s is removed; rerun with --keep --seed %d to keep the node logs\n", work, seed)
+				}
+				return campaignExit{err, 1}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&site, "site", "", "site configuration file (every node on 127.0.0.1)")
+	f.BoolVar(&local, "local", false, "start the whole cluster on this machine (required)")
+	f.BoolVar(&short, "short", false, "two faults only (about 2 minutes)")
+	f.DurationVar(&duration, "duration", 0, "repeat random faults until this has passed (soak)")
+	f.Uint64Var(&seed, "seed", uint64(time.Now().UnixNano()%1_000_000), "seed for victims and the workload (printed; rerun with it)")
+	f.StringVar(&faults, "faults", "", "comma-separated fault list: "+strings.Join(campaign.AllFaults, ","))
+	f.DurationVar(&bound, "bound", 90*time.Second, "how long arrays may take to be back active and optimal after a fault")
+	f.DurationVar(&pace, "recovery-pace", 0, "each writer waits this long between I/Os while the cluster recovers (0: full speed; resync yields to writes)")
+	f.IntVar(&units, "units", 1024, "4 KiB units checked per array")
+	f.StringVar(&work, "workdir", "", "work directory for drives, state and node logs (default: a new temporary one)")
+	f.BoolVar(&keep, "keep", false, "keep the work directory after the run")
+	f.IntVar(&portShift, "port-shift", 0, "add this to every port of the site (to run beside another local cluster)")
+	f.StringVar(&tier0d, "tier0d", "", "tier0d binary (default: next to tier0, then $PATH)")
+	f.StringVar(&logLevel, "log-level", "error", "log level of the campaign's own log on stderr")
+	rootCmd.AddCommand(cmd)
+}
+
+// campaignTier0d returns the tier0d binary: the flag, else next to this
+// executable, else on $PATH.
+func campaignTier0d(flag string) (string, error) {
+	if flag != "" {
+		if _, err := os.Stat(flag); err != nil {
+			return "", fmt.Errorf("--tier0d: %w", err)
+		}
+		return flag, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "tier0d")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("tier0d")
+	if err != nil {
+		return "", errors.New("tier0d not found next to tier0 nor on $PATH; run `make build` or pass --tier0d")
+	}
+	return p, nil
+}
