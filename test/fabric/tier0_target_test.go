@@ -139,11 +139,17 @@ func linuxHostVsTier0Target(t *testing.T, g *vm.Guest) {
 		waitStates("optimized", "inaccessible")
 		// fio verify in the background while the optimized side flips
 		// (a background job, so that the guest keeps serving Exec meanwhile)
-		g.Signal("cmd/bgfio.sh", []byte(fioVerify+"( fio_verify /dev/nvme0n1 16M; echo $? > /harness/out/fio-bg.rc ) > /harness/out/fio-bg.log 2>&1 &\n"))
+		// fio verify runs repeat until the flips are over, so that they
+		// cover every flip however fast the guest is
+		g.Signal("cmd/bgfio.sh", []byte(fioVerify+`( rc=0; n=0; while [ ! -e /harness/stopfio ] || [ $n -eq 0 ]; do
+    fio_verify /dev/nvme0n1 4M || { rc=1; break; }; n=$((n+1)); done
+  echo "fio verify runs: $n"; echo $rc > /harness/out/fio-bg.rc ) > /harness/out/fio-bg.log 2>&1 &
+`))
 		time.Sleep(2 * time.Second)
 		for i := 0; i < 2; i++ {
 			if _, err := os.Stat(g.Dir() + "/out/fio-bg.rc"); err == nil {
-				t.Errorf("fio finished before flip round %d: the run no longer covers the ANA flips; make it longer", i+1)
+				b, _ := os.ReadFile(g.Dir() + "/out/fio-bg.log")
+				t.Fatalf("background fio ended before flip round %d:\n%s", i+1, b)
 			}
 			a.t.SetANAState(tier0NQN, 1, nvme.ANAInaccessible)
 			b.t.SetANAState(tier0NQN, 1, nvme.ANAOptimized)
@@ -154,6 +160,7 @@ func linuxHostVsTier0Target(t *testing.T, g *vm.Guest) {
 			waitStates("optimized", "inaccessible")
 			time.Sleep(time.Second)
 		}
+		g.Signal("stopfio", []byte("stop\n"))
 		rc, err := g.WaitFile("fio-bg.rc", 4*time.Minute)
 		logb, _ := os.ReadFile(g.Dir() + "/out/fio-bg.log")
 		if err != nil || strings.TrimSpace(string(rc)) != "0" {
