@@ -110,17 +110,26 @@ type Released struct {
 	Epoch uint64
 }
 
-// ResyncDone: the delta resync of Member finished.
-type ResyncDone struct{ Array, Member string }
+// ResyncDone: the delta resync of Member finished. Epoch is the one of the
+// Resync action; a report from an earlier epoch (the array moved since) is
+// ignored. Zero skips the check (tests).
+type ResyncDone struct {
+	Array, Member string
+	Epoch         uint64
+}
 
 // RebuildProgress: a rebuild or resync of Member reached Percent.
 type RebuildProgress struct {
 	Array, Member string
 	Percent       int
+	Epoch         uint64
 }
 
 // RebuildDone: the full rebuild of Member finished.
-type RebuildDone struct{ Array, Member string }
+type RebuildDone struct {
+	Array, Member string
+	Epoch         uint64
+}
 
 // MemberFailed: the owner saw Member's drive fail (media error, removed).
 type MemberFailed struct{ Array, Member string }
@@ -242,11 +251,18 @@ type Export struct {
 }
 
 // Resync: the owner Node copies to Member only the regions its write
-// intent bitmap marks as written while Member was away.
-type Resync struct{ Array, Node, Member string }
+// intent bitmap marks as written while Member was away. Reports carry Epoch.
+type Resync struct {
+	Array, Node, Member string
+	Epoch               uint64
+}
 
-// Rebuild: the owner Node reconstructs Member completely.
-type Rebuild struct{ Array, Node, Member string }
+// Rebuild: the owner Node reconstructs Member completely. Reports carry
+// Epoch.
+type Rebuild struct {
+	Array, Node, Member string
+	Epoch               uint64
+}
 
 // SelfFence: Node lost its lease: set ANA inaccessible on every array,
 // stop submitting backend writes, stop every RAID it runs.

@@ -338,6 +338,9 @@ func (m *Machine) step(ev Event) error {
 		if err != nil {
 			return err
 		}
+		if e.Epoch != 0 && e.Epoch != m.arrays[e.Array].epoch {
+			return nil // reported by a superseded owner
+		}
 		if mb.state == MemberResyncing {
 			mb.state, mb.progress = MemberOK, 100
 		}
@@ -346,6 +349,9 @@ func (m *Machine) step(ev Event) error {
 		if err != nil {
 			return err
 		}
+		if e.Epoch != 0 && e.Epoch != m.arrays[e.Array].epoch {
+			return nil // reported by a superseded owner
+		}
 		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
 			mb.state, mb.progress = MemberOK, 100
 		}
@@ -353,6 +359,9 @@ func (m *Machine) step(ev Event) error {
 		mb, err := m.member(e.Array, e.Member)
 		if err != nil {
 			return err
+		}
+		if e.Epoch != 0 && e.Epoch != m.arrays[e.Array].epoch {
+			return nil // reported by a superseded owner
 		}
 		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
 			mb.progress = max(0, min(100, e.Percent))
@@ -393,11 +402,18 @@ func (m *Machine) observed(e ArrayObserved) error {
 	if e.Epoch < a.epoch {
 		return nil
 	}
-	for drive, st := range e.Members {
-		mb, err := m.member(e.Array, drive)
-		if err != nil {
+	for drive, st := range e.Members { // validate everything before changing anything
+		if _, err := m.member(e.Array, drive); err != nil {
 			return err
 		}
+		switch st {
+		case MemberOK, MemberMissing, MemberStale, MemberDriveFailed, MemberReplaced, MemberResyncing, MemberRebuilding:
+		default:
+			return fmt.Errorf("array %q member %q state %q: %w", e.Array, drive, st, ErrBadConfig)
+		}
+	}
+	for drive, st := range e.Members {
+		mb, _ := m.member(e.Array, drive)
 		switch st {
 		case MemberOK, MemberMissing, MemberStale, MemberDriveFailed, MemberReplaced:
 			mb.state = st
@@ -405,8 +421,6 @@ func (m *Machine) observed(e ArrayObserved) error {
 			mb.state = MemberStale
 		case MemberRebuilding:
 			mb.state = MemberReplaced
-		default:
-			return fmt.Errorf("array %q member %q state %q: %w", e.Array, drive, st, ErrBadConfig)
 		}
 		if m.nodes[mb.node].state == NodeDown && mb.state == MemberOK {
 			mb.state = MemberMissing
@@ -841,11 +855,11 @@ func (m *Machine) reconcileArray(a *array) {
 			switch mb.state {
 			case MemberStale:
 				mb.state, mb.progress = MemberResyncing, 0
-				m.emit(Resync{Array: a.name, Node: a.owner, Member: mb.drive})
+				m.emit(Resync{Array: a.name, Node: a.owner, Member: mb.drive, Epoch: a.epoch})
 			case MemberReplaced:
 				if m.nodes[mb.node].state == NodeUp {
 					mb.state, mb.progress = MemberRebuilding, 0
-					m.emit(Rebuild{Array: a.name, Node: a.owner, Member: mb.drive})
+					m.emit(Rebuild{Array: a.name, Node: a.owner, Member: mb.drive, Epoch: a.epoch})
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -74,6 +75,18 @@ func randomRun(t *testing.T, seed uint64, steps int) string {
 		case k < 13:
 			do("fail-next-fence", arr)
 		case k < 14:
+			// A report from a superseded owner must change nothing.
+			av, _ := s.m.Array(arr)
+			for _, mb := range av.Members {
+				if (mb.State == MemberResyncing || mb.State == MemberRebuilding) && av.Epoch > 1 {
+					if err := s.step(RebuildDone{Array: arr, Member: mb.Drive, Epoch: av.Epoch - 1}); err != nil {
+						t.Fatal(err)
+					}
+					if now, _ := s.m.Array(arr); now.Members[slices.IndexFunc(now.Members, func(m MemberView) bool { return m.Drive == mb.Drive })].State != mb.State {
+						t.Fatalf("seed %d: stale RebuildDone for %s/%s took effect", seed, arr, mb.Drive)
+					}
+				}
+			}
 			do("resync-all")
 		case k < 15:
 			do("suspect", n)

@@ -24,6 +24,7 @@ type sim struct {
 	acting      map[string]map[string]bool // array -> nodes serving it optimized
 	maxEpoch    map[string]uint64
 	failFence   map[string]bool
+	repairs     map[string]uint64 // "array/member" -> epoch of the latest Resync/Rebuild
 	rack        map[string]string
 	violations  []string
 	quiet       bool
@@ -39,7 +40,7 @@ func newSim(cfg Config) (*sim, error) {
 	return &sim{
 		m: m, dead: map[string]bool{}, partitioned: map[string]bool{},
 		acting: map[string]map[string]bool{}, maxEpoch: map[string]uint64{},
-		failFence: map[string]bool{}, rack: map[string]string{}, counts: map[string]int{},
+		failFence: map[string]bool{}, repairs: map[string]uint64{}, rack: map[string]string{}, counts: map[string]int{},
 		out: &strings.Builder{},
 	}, nil
 }
@@ -97,6 +98,12 @@ func (s *sim) drain() {
 		for _, a := range acts {
 			kind, _, _ := strings.Cut(a.String(), " ")
 			s.counts[kind]++
+			switch r := a.(type) { // queued intents are performed eventually
+			case Resync:
+				s.repairs[r.Array+"/"+r.Member] = r.Epoch
+			case Rebuild:
+				s.repairs[r.Array+"/"+r.Member] = r.Epoch
+			}
 			p := a.Performer()
 			_, self := a.(SelfFence)
 			skip := ""
@@ -385,7 +392,7 @@ func (s *sim) run(cmd string, args []string) (string, error) {
 	case "replace-drive":
 		err = s.step(DriveReplaced{Drive: pos[0]})
 	case "rebuild-progress":
-		err = s.step(RebuildProgress{Array: pos[0], Member: pos[1], Percent: atoi("pct", 0)})
+		err = s.step(RebuildProgress{Array: pos[0], Member: pos[1], Percent: atoi("pct", 0), Epoch: s.repairs[pos[0]+"/"+pos[1]]})
 	case "resync-done", "rebuild-done":
 		a, ok := s.m.Array(pos[0])
 		if !ok {
@@ -395,17 +402,18 @@ func (s *sim) run(cmd string, args []string) (string, error) {
 			if len(pos) > 1 && mb.Drive != pos[1] {
 				continue
 			}
+			ep := s.repairs[a.Name+"/"+mb.Drive]
 			if mb.State == MemberResyncing && cmd == "resync-done" {
-				err = s.step(ResyncDone{Array: a.Name, Member: mb.Drive})
+				err = s.step(ResyncDone{Array: a.Name, Member: mb.Drive, Epoch: ep})
 			} else if mb.State == MemberRebuilding || mb.State == MemberResyncing {
-				err = s.step(RebuildDone{Array: a.Name, Member: mb.Drive})
+				err = s.step(RebuildDone{Array: a.Name, Member: mb.Drive, Epoch: ep})
 			}
 		}
 	case "resync-all":
 		for _, a := range s.m.Arrays() {
 			for _, mb := range a.Members {
 				if mb.State == MemberResyncing || mb.State == MemberRebuilding {
-					if err = s.step(RebuildDone{Array: a.Name, Member: mb.Drive}); err != nil {
+					if err = s.step(RebuildDone{Array: a.Name, Member: mb.Drive, Epoch: s.repairs[a.Name+"/"+mb.Drive]}); err != nil {
 						break
 					}
 				}
