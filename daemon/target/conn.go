@@ -88,9 +88,9 @@ var reqPool = sync.Pool{New: func() any { return new(request) }}
 
 // outMsg is one thing for the writer goroutine to put on the wire.
 type outMsg struct {
-	req  *request // a response (CQE, maybe data) or, with r2t, an R2T
-	r2t  bool
-	cqe  nvme.CQE // a bare response (AER completion) when req is nil
+	req  *request // a response (CQE, maybe data); nil for the kinds below
+	r2t  *nvme.R2T
+	cqe  nvme.CQE // a bare response (AER completion) when req and r2t are nil
 	term []byte   // a C2HTermReq, then close
 }
 
@@ -483,7 +483,7 @@ func (c *conn) start(r *request) {
 			r.data = r.buf.b
 			r.want, r.waiting = sgl.Length, true
 			select {
-			case c.out <- outMsg{req: r, r2t: true}:
+			case c.out <- outMsg{r2t: &nvme.R2T{CID: r.sqe.CID, TTag: r.slot, Length: r.want}}:
 			case <-c.done:
 			}
 			return
@@ -597,16 +597,16 @@ func (c *conn) writeMsg(m outMsg) error {
 		c.close()
 		return errTerminated
 	}
+	if m.r2t != nil {
+		c.wbuf = m.r2t.Append(c.wbuf[:0], c.digest)
+		_, err := c.bw.Write(c.wbuf)
+		return err
+	}
 	r := m.req
 	if r == nil {
 		m.cqe.SQID = c.qid
 		m.cqe.SQHead = c.sqHead()
 		c.wbuf = nvme.AppendCapsuleResp(c.wbuf[:0], &m.cqe, c.digest)
-		_, err := c.bw.Write(c.wbuf)
-		return err
-	}
-	if m.r2t {
-		c.wbuf = nvme.R2T{CID: r.sqe.CID, TTag: r.slot, Offset: 0, Length: r.want}.Append(c.wbuf[:0], c.digest)
 		_, err := c.bw.Write(c.wbuf)
 		return err
 	}

@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -70,11 +72,13 @@ const (
 
 // Config configures a Target. Zero values take the documented defaults.
 type Config struct {
-	// Listen is the TCP address to serve, e.g. "10.0.0.1:4420". Required
-	// unless the caller only uses Serve/ServeConn.
+	// Listen is the TCP address to serve, e.g. "10.0.0.1:4420" (a bare
+	// host gets port 4420). Required unless the caller only uses
+	// Serve/ServeConn.
 	Listen string
-	// DiscoveryListen is an optional second address, e.g. ":8009". It
-	// serves exactly what Listen serves.
+	// DiscoveryListen is an optional second address, e.g. "10.0.0.1" or
+	// ":8009" (a bare host gets the discovery port 8009). It serves
+	// exactly what Listen serves.
 	DiscoveryListen string
 	// Advertise is the host:port written into discovery log entries;
 	// default: the address Listen is bound to.
@@ -205,9 +209,9 @@ func (t *Target) Start() error {
 	if t.cfg.Listen == "" {
 		return fmt.Errorf("target: Config.Listen is empty; give an address such as 127.0.0.1:4420: %w", ErrInvalid)
 	}
-	addrs := []string{t.cfg.Listen}
+	addrs := []string{withPort(t.cfg.Listen, DefaultIOPort)}
 	if t.cfg.DiscoveryListen != "" {
-		addrs = append(addrs, t.cfg.DiscoveryListen)
+		addrs = append(addrs, withPort(t.cfg.DiscoveryListen, DefaultDiscoveryPort))
 	}
 	for _, a := range addrs {
 		l, err := net.Listen("tcp", a)
@@ -228,6 +232,14 @@ func (t *Target) Start() error {
 
 	}
 	return nil
+}
+
+// withPort returns addr, adding port when addr names only a host.
+func withPort(addr string, port int) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	return net.JoinHostPort(strings.Trim(addr, "[]"), strconv.Itoa(port))
 }
 
 // Addr returns the address of the first listener, or nil before Start.

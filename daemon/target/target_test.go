@@ -762,7 +762,7 @@ func TestReservationsFenceAndPersist(t *testing.T) {
 	tg, addr := newTarget(t, Config{StateDir: dir}, dev)
 	_, id1 := adminConnect(t, addr, 0, testHostNQN, testHostID)
 	_, id2 := adminConnect(t, addr, 0, testHostNQN2, testHostID2)
-	old := ioConnect(t, addr, 0, testHostNQN, testHostID, id1, 1)   // the stale owner, epoch 1
+	old := ioConnect(t, addr, 0, testHostNQN, testHostID, id1, 1)    // the stale owner, epoch 1
 	next := ioConnect(t, addr, 0, testHostNQN2, testHostID2, id2, 1) // the new owner, epoch 2
 	blk := make([]byte, testBS)
 	if st := resvCmd(old, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 1}); !st.OK() {
@@ -1009,4 +1009,12 @@ func TestRuntimeAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.expectClosed()
+}
+
+func TestWithPort(t *testing.T) {
+	for in, want := range map[string]string{"10.0.0.1": "10.0.0.1:8009", ":9": ":9", "[::1]": "[::1]:8009", "::1": "[::1]:8009", "h:1": "h:1"} {
+		if got := withPort(in, DefaultDiscoveryPort); got != want {
+			t.Errorf("withPort(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
