@@ -86,9 +86,9 @@ func TestCoordinatorWiring(t *testing.T) {
 				_ = s.Delete(ctx, Observed, "serving", a.Array)
 				reply = cluster.Released{Array: a.Array, Node: node, Epoch: a.Epoch}
 			case cluster.Resync:
-				reply = cluster.ResyncDone{Array: a.Array, Member: a.Member}
+				reply = cluster.ResyncDone{Array: a.Array, Member: a.Member, Epoch: a.Epoch}
 			case cluster.Rebuild:
-				reply = cluster.RebuildDone{Array: a.Array, Member: a.Member}
+				reply = cluster.RebuildDone{Array: a.Array, Member: a.Member, Epoch: a.Epoch}
 			}
 			if reply != nil {
 				b, _ := cluster.MarshalEvent(reply)
