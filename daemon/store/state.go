@@ -58,12 +58,17 @@ func (s *Store) Ownership(ctx context.Context, array string) (Ownership, error) 
 // one compare-and-swap transaction on the record's revision. It returns the
 // new record, or an error wrapping ErrConflict (a *ConflictError with the
 // current record) or ErrNotAlive. Epochs therefore only increase, and of
-// any number of contenders for one epoch exactly one wins. The fencing
+// any number of contenders for one epoch exactly one wins. Claiming again
+// what the node already holds at that epoch succeeds (retries are safe).
+// The fencing
 // epoch is also the NVMe reservation key the new owner registers.
 func (s *Store) ClaimOwnership(ctx context.Context, array, node string, epoch uint64) (Ownership, error) {
 	cur, err := s.Ownership(ctx, array)
 	if err != nil {
 		return Ownership{}, err
+	}
+	if cur.Epoch == epoch && cur.Owner == node {
+		return cur, nil // a retried claim that already succeeded
 	}
 	if cur.Epoch >= epoch {
 		return Ownership{}, &ConflictError{Array: array, Wanted: epoch, Current: cur}

@@ -224,9 +224,20 @@ func TestOwnershipCASRace(t *testing.T) {
 		}
 	}
 	t.Logf("wins over 20 races: %v", wins)
-	// A stale epoch never wins; a node without a lease never wins.
-	if _, err := s.ClaimOwnership(ctx, "x", "A", 20); !errors.Is(err, ErrConflict) {
-		t.Fatalf("claim at the current epoch: %v, want ErrConflict", err)
+	// A stale epoch never wins; a node without a lease never wins; the
+	// holder's retry of its own claim succeeds.
+	loser := "A"
+	if o, _ := s.Ownership(ctx, "x"); o.Owner == "A" {
+		loser = "B"
+	}
+	if _, err := s.ClaimOwnership(ctx, "x", loser, 20); !errors.Is(err, ErrConflict) {
+		t.Fatalf("claim at the current epoch by the loser: %v, want ErrConflict", err)
+	}
+	if _, err := s.ClaimOwnership(ctx, "x", loser, 19); !errors.Is(err, ErrConflict) {
+		t.Fatalf("claim at an old epoch: %v, want ErrConflict", err)
+	}
+	if o, err := s.ClaimOwnership(ctx, "x", map[string]string{"A": "B", "B": "A"}[loser], 20); err != nil || o.Epoch != 20 {
+		t.Fatalf("holder's retry: %+v, %v", o, err)
 	}
 	if _, err := s.ClaimOwnership(ctx, "x", "C", 21); !errors.Is(err, ErrNotAlive) {
 		t.Fatalf("claim by an unregistered node: %v, want ErrNotAlive", err)
