@@ -10,7 +10,7 @@ var sampleActions = []Action{
 	Fence{Array: "b", Node: "A", OldOwner: "B", OldEpoch: 1, NewEpoch: 2, Members: []string{"A1", "C2"}},
 	Assemble{Array: "b", Node: "A", Epoch: 2, Degraded: []string{"B1"}, Stale: []string{"C2"}},
 	Release{Array: "b", Node: "A", Epoch: 2, To: "B"},
-	SetANA{Array: "b", Node: "A", State: ANAOptimized},
+	SetANA{Array: "b", Node: "A", State: ANAOptimized, Epoch: 2},
 	Export{Node: "B", Drives: []string{"B1"}},
 	Resync{Array: "a", Node: "A", Member: "B1", Epoch: 4},
 	Rebuild{Array: "a", Node: "A", Member: "C1", Epoch: 4},

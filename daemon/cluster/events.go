@@ -237,11 +237,15 @@ type Release struct {
 }
 
 // SetANA: Node sets its frontend ANA state for Array and raises the ANA
-// change asynchronous event so hosts re-read it.
+// change asynchronous event so hosts re-read it. Before turning optimized
+// the performer checks that the store still records it as owner at Epoch;
+// if not, the intent is stale (for example queued for an earlier
+// incarnation of the node) and must be dropped.
 type SetANA struct {
 	Array string
 	Node  string
 	State ANAState
+	Epoch uint64
 }
 
 // Export: Node (re-)exports its local drives on the backend fabric.
@@ -319,7 +323,9 @@ func (a Assemble) String() string {
 func (a Release) String() string {
 	return fmt.Sprintf("release %s on=%s epoch=%d to=%s", a.Array, a.Node, a.Epoch, a.To)
 }
-func (a SetANA) String() string { return fmt.Sprintf("ana %s on=%s %s", a.Array, a.Node, a.State) }
+func (a SetANA) String() string {
+	return fmt.Sprintf("ana %s on=%s %s epoch=%d", a.Array, a.Node, a.State, a.Epoch)
+}
 func (a Export) String() string {
 	return fmt.Sprintf("export %s drives=%s", a.Node, strings.Join(a.Drives, ","))
 }

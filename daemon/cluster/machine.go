@@ -289,7 +289,7 @@ func (m *Machine) step(ev Event) error {
 			return nil
 		}
 		a.phase, a.phaseAt = phaseActive, m.now
-		m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAOptimized})
+		m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAOptimized, Epoch: a.epoch})
 		m.emit(RecordEvent{Kind: a.kind, Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since})
 		a.avoid = nil
 		if a.owner == a.home {

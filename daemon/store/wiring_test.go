@@ -69,14 +69,17 @@ func TestCoordinatorWiring(t *testing.T) {
 			case cluster.Assemble:
 				reply = cluster.ArrayAssembled{Array: a.Array, Node: node, Epoch: a.Epoch}
 			case cluster.SetANA:
+				if o, err := s.Ownership(ctx, a.Array); err != nil || o.Owner != node || o.Epoch != a.Epoch {
+					_ = s.Done(ctx, msg) // stale intent: not the owner at that epoch
+					continue
+				}
 				mu.Lock()
 				if other, ok := serving[a.Array]; ok && other != node {
 					t.Errorf("array %s optimized on %s while %s serves it", a.Array, node, other)
 				}
 				serving[a.Array] = node
 				mu.Unlock()
-				o, _ := s.Ownership(ctx, a.Array)
-				if _, err := s.Put(ctx, Observed, "serving", a.Array, map[string]any{"node": node, "epoch": o.Epoch}); err != nil {
+				if _, err := s.Put(ctx, Observed, "serving", a.Array, map[string]any{"node": node, "epoch": a.Epoch}); err != nil {
 					t.Errorf("serving record: %v", err)
 				}
 			case cluster.Release:
