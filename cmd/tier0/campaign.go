@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -91,9 +90,6 @@ the campaigns and the figures.`,
 				Duration: duration, RecoverBound: bound, RecoveryPace: pace, Units: units,
 				Out:    cmd.ErrOrStderr(),
 				Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lv})),
-			}
-			if jsonOut {
-				o.Out = io.Discard
 			}
 			if faults != "" {
 				o.Faults = strings.Split(faults, ",")

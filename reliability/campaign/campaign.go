@@ -62,6 +62,9 @@ type Options struct {
 	// Faults to inject in order. Empty: AllFaults, skipping those the
 	// site cannot survive (kill-two without RAID-6).
 	Faults []string
+	// Short, with Faults empty, runs two faults: kill-owner and
+	// freeze-owner, or kill-two and freeze-owner on an all-RAID-6 site.
+	Short bool
 	// Duration, when set, repeats random faults from Faults until it
 	// has passed (the soak form); the last fault always recovers.
 	Duration time.Duration
@@ -70,6 +73,11 @@ type Options struct {
 	// RecoverBound is how long arrays may take to be back active and
 	// optimal after a fault is healed (default 90 s).
 	RecoverBound time.Duration
+	// RecoveryPace slows the workload while the cluster recovers (each
+	// writer waits this long between I/Os; 0: full speed). Resync and
+	// rebuild yield to foreground I/O, so a full-speed workload stretches
+	// recovery several times over.
+	RecoveryPace time.Duration
 	// Units checked per array (default 1024: 4 MiB).
 	Units int
 	// Workers per array (default 2).
@@ -235,6 +243,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	e.c = c
 	res.Arrays = len(c.Config.Arrays)
 	faults := o.Faults
+	if len(faults) == 0 && o.Short {
+		faults = []string{KillOwner, FreezeOwner}
+		if e.allParity(2) {
+			faults = []string{KillTwo, FreezeOwner}
+		}
+	}
 	if len(faults) == 0 {
 		for _, f := range AllFaults {
 			if f == KillTwo && !e.allParity(2) {
@@ -389,7 +403,11 @@ func (e *env) inject(ctx context.Context, f string) Injection {
 			}
 		}
 	}
-	d, bad, werr := e.c.WaitHealthy(ctx, e.o.RecoverBound)
+	e.chk.SetPace(e.o.RecoveryPace)
+	defer e.chk.SetPace(0)
+	d, bad, werr := e.c.waitHealthy(ctx, e.o.RecoverBound, func(at time.Duration, bad []string) {
+		e.say("%s: +%.1fs %s", f, at.Seconds(), strings.Join(bad, " "))
+	})
 	in.Recovered = d
 	if werr != nil {
 		in.Stuck = bad
@@ -412,11 +430,11 @@ func (e *env) arrays(ctx context.Context) ([]string, map[string]string, error) {
 	return names, Owners(as), nil
 }
 
-// waitServed waits until array is active under a node other than not.
-func (e *env) waitServed(ctx context.Context, array, not string) (time.Duration, string, error) {
+// waitServed waits until array is active under a node not among not.
+func (e *env) waitServed(ctx context.Context, array string, not ...string) (time.Duration, string, error) {
 	start := time.Now()
 	a, err := e.c.WaitArray(ctx, array, e.o.RecoverBound, func(a apiArray) bool {
-		return a.Phase == "active" && a.Owner != "" && a.Owner != not
+		return a.Phase == "active" && a.Owner != "" && !slices.Contains(not, a.Owner)
 	})
 	return time.Since(start), a.Owner, err
 }
@@ -477,12 +495,12 @@ func (e *env) killNodes(ctx context.Context, in *Injection, n int, among []strin
 	in.Detail = fmt.Sprintf("kill -9 %s (owners of %v)", strings.Join(victims, "+"), owned)
 	e.say("%s: kill -9 %s, owners of %v, with %d writes in flight", in.Fault, strings.Join(victims, " and "), owned, in.InFlight)
 	for i, a := range owned {
-		d, to, err := e.waitServed(ctx, a, "")
+		d, to, err := e.waitServed(ctx, a, victims...)
 		if i == 0 {
 			in.Failover = d
 		}
-		if err != nil || slices.Contains(victims, to) {
-			return fmt.Errorf("array %s not taken over after %s died: %v", a, strings.Join(victims, "+"), err)
+		if err != nil {
+			return fmt.Errorf("array %s not taken over after %s died: %w", a, strings.Join(victims, "+"), err)
 		}
 		e.say("%s: array %s served by %s", in.Fault, a, to)
 	}

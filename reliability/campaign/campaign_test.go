@@ -63,7 +63,7 @@ func runShort(t *testing.T, site string, faults []string, seed uint64) Result {
 	defer cancel()
 	res, err := Run(ctx, Options{
 		Site: site, Binary: bin, Workdir: wd, PortShift: shift, Faults: faults, Seed: seed,
-		RecoverBound: 60 * time.Second, Units: 512, Out: &out,
+		RecoverBound: 90 * time.Second, RecoveryPace: 20 * time.Millisecond, Units: 512, Out: &out,
 		Logger: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	t.Log("\n" + out.String())

@@ -52,7 +52,7 @@ type LocalOptions struct {
 	Binary string
 	// Workdir receives the drives, state, etcd data and one log per node;
 	// the site's workdir is replaced by it. Created if missing; it must be
-	// empty or hold an earlier run of the same site.
+	// empty (old drive contents would confuse the checker).
 	Workdir string
 	// PortShift is added to every port in the site file (to run beside
 	// another cluster of the same site); 0 keeps them.
@@ -83,6 +83,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Cluster, error) {
 	}
 	if err := os.MkdirAll(wd, 0o755); err != nil {
 		return nil, fmt.Errorf("work directory: %w", err)
+	}
+	if ents, err := os.ReadDir(wd); err != nil || len(ents) > 0 {
+		return nil, fmt.Errorf("work directory %s is not empty (or unreadable: %v); a campaign starts from blank drives: remove it or name another", wd, err)
 	}
 	text := string(data)
 	if !workdirLine.MatchString(text) {
@@ -351,7 +354,13 @@ func Healthy(as []api.Array) (bool, []string) {
 	var bad []string
 	for _, a := range as {
 		if a.State != cluster.StateOptimal || a.Phase != "active" || a.Owner == "" {
-			bad = append(bad, fmt.Sprintf("%s:%s/%s@%s", a.Name, a.State, a.Phase, a.Owner))
+			var ms []string
+			for _, m := range a.Members {
+				if m.State != cluster.MemberOK {
+					ms = append(ms, fmt.Sprintf("%s=%s", m.Drive, m.State))
+				}
+			}
+			bad = append(bad, fmt.Sprintf("%s:%s/%s@%s%v", a.Name, a.State, a.Phase, a.Owner, ms))
 		}
 	}
 	return len(bad) == 0, bad
@@ -365,6 +374,12 @@ var ErrStuck = errors.New("arrays not back active and optimal")
 // every 250 ms, for at most bound. It returns how long that took; on
 // timeout, an error wrapping ErrStuck naming the arrays still unhealthy.
 func (c *Cluster) WaitHealthy(ctx context.Context, bound time.Duration) (time.Duration, []string, error) {
+	return c.waitHealthy(ctx, bound, nil)
+}
+
+// waitHealthy is WaitHealthy calling trace with the unhealthy arrays
+// whenever that list changes.
+func (c *Cluster) waitHealthy(ctx context.Context, bound time.Duration, trace func(time.Duration, []string)) (time.Duration, []string, error) {
 	start := time.Now()
 	var last []string
 	var lastErr error
@@ -374,6 +389,9 @@ func (c *Cluster) WaitHealthy(ctx context.Context, bound time.Duration) (time.Du
 			ok, bad := Healthy(as)
 			if ok {
 				return time.Since(start), nil, nil
+			}
+			if trace != nil && !slices.Equal(bad, last) {
+				trace(time.Since(start), bad)
 			}
 			last, lastErr = bad, nil
 		} else if err != nil {
