@@ -2,21 +2,25 @@ package cluster
 
 import (
 	"fmt"
-
 	"maps"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
 	"tier0/daemon/config"
 )
 
 // sim drives a Machine the way a cluster of daemons would: live nodes
-// heartbeat every tick, actions are performed by their nodes (a dead node
-// performs nothing; a partitioned node only fences itself, since it learns
-// of no decision) and their outcome is fed back. It tracks which nodes
-// actually act as owner of each array and records every violation of the
-// safety invariants.
+// heartbeat every tick, actions are performed by their nodes and their
+// outcome is fed back. A dead node performs nothing. A partitioned node
+// fences itself (a local decision) and finds the intents queued for it when
+// it reconnects: if its lease survived it performs them late, in order;
+// if not, it registers anew and discards them. Ownership claims go through
+// a model of the store's compare-and-swap, and a node turns a namespace
+// optimized only if the store still records it as owner at that epoch. The
+// sim tracks which nodes actually serve each array and records every
+// violation of the safety invariants.
 type sim struct {
 	m           *Machine
 	dead        map[string]bool
@@ -24,6 +28,8 @@ type sim struct {
 	acting      map[string]map[string]bool // array -> nodes serving it optimized
 	maxEpoch    map[string]uint64
 	failFence   map[string]bool
+	backlog     map[string][]Action // intents queued for a cut-off node
+	store       map[string]claim    // array -> the store's ownership record
 	repairs     map[string]uint64 // "array/member" -> epoch of the latest Resync/Rebuild
 	rack        map[string]string
 	violations  []string
@@ -40,7 +46,7 @@ func newSim(cfg Config) (*sim, error) {
 	return &sim{
 		m: m, dead: map[string]bool{}, partitioned: map[string]bool{},
 		acting: map[string]map[string]bool{}, maxEpoch: map[string]uint64{},
-		failFence: map[string]bool{}, repairs: map[string]uint64{}, rack: map[string]string{}, counts: map[string]int{},
+		failFence: map[string]bool{}, backlog: map[string][]Action{}, store: map[string]claim{}, repairs: map[string]uint64{}, rack: map[string]string{}, counts: map[string]int{},
 		out: &strings.Builder{},
 	}, nil
 }
@@ -88,6 +94,11 @@ func (s *sim) otherActing(array, node string) []string {
 	return o
 }
 
+type claim struct {
+	node  string
+	epoch uint64
+}
+
 func (s *sim) drain() {
 	for {
 		acts := s.m.Ready()
@@ -98,58 +109,31 @@ func (s *sim) drain() {
 		for _, a := range acts {
 			kind, _, _ := strings.Cut(a.String(), " ")
 			s.counts[kind]++
-			switch r := a.(type) { // queued intents are performed eventually
-			case Resync:
+			switch r := a.(type) {
+			case Resync: // queued intents are performed eventually
 				s.repairs[r.Array+"/"+r.Member] = r.Epoch
 			case Rebuild:
 				s.repairs[r.Array+"/"+r.Member] = r.Epoch
+			case Fence:
+				if r.NewEpoch <= s.maxEpoch[r.Array] {
+					s.violate("array %s epoch %d not above %d", r.Array, r.NewEpoch, s.maxEpoch[r.Array])
+				}
+				s.maxEpoch[r.Array] = r.NewEpoch
 			}
 			p := a.Performer()
 			_, self := a.(SelfFence)
-			skip := ""
+			note := ""
 			if p != "" && s.dead[p] {
-				skip = " [not performed: " + p + " is dead]"
+				note = " [not performed: " + p + " is dead]"
 			} else if !self && p != "" && s.partitioned[p] {
-				skip = " [not performed: " + p + " is cut off]"
+				note = " [queued: " + p + " is cut off]"
+				s.backlog[p] = append(s.backlog[p], a)
 			}
 			if !s.quiet {
-				fmt.Fprintf(s.out, "t=%d %s%s\n", s.m.Now(), a, skip)
+				fmt.Fprintf(s.out, "t=%d %s%s\n", s.m.Now(), a, note)
 			}
-			if skip != "" {
-				continue
-			}
-			switch a := a.(type) {
-			case Fence:
-				if a.NewEpoch <= s.maxEpoch[a.Array] {
-					s.violate("array %s epoch %d not above %d", a.Array, a.NewEpoch, s.maxEpoch[a.Array])
-				}
-				s.maxEpoch[a.Array] = a.NewEpoch
-				if o := s.otherActing(a.Array, a.Node); len(o) > 0 {
-					s.violate("array %s fenced by %s while %v still serves it", a.Array, a.Node, o)
-				}
-				if s.failFence[a.Array] {
-					delete(s.failFence, a.Array)
-					replies = append(replies, FenceFailed{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch, Reason: "injected"})
-				} else {
-					replies = append(replies, FenceDone{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch})
-				}
-			case Assemble:
-				replies = append(replies, ArrayAssembled{Array: a.Array, Node: a.Node, Epoch: a.Epoch})
-			case SetANA:
-				if a.State == ANAOptimized {
-					if o := s.otherActing(a.Array, a.Node); len(o) > 0 {
-						s.violate("array %s optimized on %s while %v still serves it", a.Array, a.Node, o)
-					}
-					if s.acting[a.Array] == nil {
-						s.acting[a.Array] = map[string]bool{}
-					}
-					s.acting[a.Array][a.Node] = true
-				}
-			case Release:
-				delete(s.acting[a.Array], a.Node)
-				replies = append(replies, Released{Array: a.Array, Node: a.Node, Epoch: a.Epoch})
-			case SelfFence:
-				s.stopActing(a.Node)
+			if note == "" {
+				replies = append(replies, s.perform(a)...)
 			}
 		}
 		for _, ev := range replies {
@@ -158,6 +142,50 @@ func (s *sim) drain() {
 			}
 		}
 	}
+}
+
+// perform carries out one action as its performer would and returns the
+// reports it sends.
+func (s *sim) perform(a Action) []Event {
+	switch a := a.(type) {
+	case Fence:
+		cur := s.store[a.Array]
+		if cur.epoch >= a.NewEpoch && cur != (claim{a.Node, a.NewEpoch}) {
+			return []Event{OwnershipLost{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch, Winner: cur.node, WinnerEpoch: cur.epoch}}
+		}
+		if s.failFence[a.Array] {
+			delete(s.failFence, a.Array)
+			return []Event{FenceFailed{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch, Reason: "injected"}}
+		}
+		s.store[a.Array] = claim{a.Node, a.NewEpoch}
+		if o := s.otherActing(a.Array, a.Node); len(o) > 0 {
+			s.violate("array %s fenced by %s while %v still serves it", a.Array, a.Node, o)
+		}
+		return []Event{FenceDone{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch}}
+	case Assemble:
+		return []Event{ArrayAssembled{Array: a.Array, Node: a.Node, Epoch: a.Epoch}}
+	case SetANA:
+		if a.State != ANAOptimized {
+			delete(s.acting[a.Array], a.Node)
+			return nil
+		}
+		if s.store[a.Array] != (claim{a.Node, a.Epoch}) {
+			return nil // a stale intent: the performer drops it
+		}
+		if o := s.otherActing(a.Array, a.Node); len(o) > 0 {
+			s.violate("array %s optimized on %s while %v still serves it", a.Array, a.Node, o)
+		}
+		if s.acting[a.Array] == nil {
+			s.acting[a.Array] = map[string]bool{}
+		}
+		s.acting[a.Array][a.Node] = true
+	case Release:
+		delete(s.acting[a.Array], a.Node)
+		return []Event{Released{Array: a.Array, Node: a.Node, Epoch: a.Epoch}}
+	case SelfFence:
+		s.stopActing(a.Node)
+	}
+	return nil
 }
 
 func (s *sim) stopActing(node string) {
@@ -172,14 +200,34 @@ func (s *sim) kill(n string) {
 }
 
 // revive restarts a dead node (a fresh daemon registers: NodeReturned) or
-// reconnects a partitioned one (its renewals resume: Heartbeat).
+// reconnects a partitioned one. A reconnecting node whose lease expired
+// meanwhile registers anew and discards its queued intents; one whose
+// lease survived renews it (Heartbeat) and performs them, late, in order.
 func (s *sim) revive(n string) error {
 	var ev Event = Heartbeat{Node: n}
 	if s.dead[n] {
 		ev = NodeReturned{Node: n}
 	}
+	wasCutOff := s.partitioned[n] && !s.dead[n]
 	delete(s.dead, n)
 	delete(s.partitioned, n)
+	backlog := s.backlog[n]
+	delete(s.backlog, n)
+	if wasCutOff && s.m.nodes[n].state != NodeDown {
+		var replies []Event
+		for _, a := range backlog {
+			if !s.quiet {
+				fmt.Fprintf(s.out, "t=%d late %s\n", s.m.Now(), a)
+			}
+			replies = append(replies, s.perform(a)...)
+		}
+		for _, r := range replies {
+			if err := s.m.Step(r); err != nil {
+				return err
+			}
+		}
+		s.drain()
+	}
 	return s.step(ev)
 }
 
