@@ -52,7 +52,7 @@ type subsystem struct {
 	model  string
 	disc   bool // the discovery subsystem
 
-	mu        sync.Mutex
+	mu        sync.RWMutex // read-locked on the I/O path
 	anyHost   bool
 	hosts     map[string]bool
 	ns        map[uint32]*namespace
@@ -395,14 +395,14 @@ func (t *Target) Controllers() []ControllerInfo {
 }
 
 func (s *subsystem) allowed(hostnqn string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return s.disc || s.anyHost || s.hosts[hostnqn]
 }
 
 func (s *subsystem) namespace(nsid uint32) *namespace {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return s.ns[nsid]
 }
 
@@ -418,8 +418,8 @@ func (s *subsystem) nsids() []uint32 {
 }
 
 func (s *subsystem) anaStateOf(group uint32) nvme.ANAState {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if g, ok := s.ana[group]; ok {
 		return g.state
 	}
