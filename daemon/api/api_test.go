@@ -199,6 +199,18 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
+func newServerM(t *testing.T, f *fakeBackend, tok string) (*httptest.Server, *Server) {
+	t.Helper()
+	s, err := NewServer(ServerOptions{Backend: f, Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Metrics().SetArrays(f.self, f.m.Arrays())
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	return ts, s
+}
+
 func newServer(t *testing.T, f *fakeBackend, tok string) (*httptest.Server, *syncBuf) {
 	t.Helper()
 	logs := &syncBuf{}
@@ -341,7 +353,9 @@ func TestMetricsEndpoint(t *testing.T) {
 	f.step(t, cluster.MemberFailed{Array: "a", Member: "C1"})
 	f.step(t, cluster.DriveReplaced{Drive: "C1"})
 	f.step(t, cluster.RebuildProgress{Array: "a", Member: "C1", Percent: 25})
-	ts, _ := newServer(t, f, token)
+	ts, srv := newServerM(t, f, token)
+	srv.Metrics().ObserveRecord(cluster.RecordEvent{Kind: "failover", Array: "b", Ticks: 3}, 500*time.Millisecond)
+	srv.Metrics().ObserveRecord(cluster.RecordEvent{Kind: "state", Array: "b"}, time.Second)
 	c := NewClient(ts.URL, "", nil)
 	if _, err := c.Status(t.Context()); err != nil {
 		t.Fatal(err)
@@ -358,6 +372,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`tier0_array_owned{array="b"} 1`,
 		`tier0_array_owned{array="a"} 0`,
 		`tier0_api_requests_total{code="200",route="/v1/status"} 1`,
+		`tier0_failovers_total{array="b",kind="failover"} 1`,
+		`tier0_failover_duration_seconds_sum{kind="failover"} 1.5`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(text, want) {

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -126,6 +128,16 @@ func (m *Metrics) SetArrays(self string, arrays []cluster.ArrayView) {
 func (m *Metrics) ObserveMove(array, kind string, seconds float64) {
 	m.Failovers.WithLabelValues(array, kind).Inc()
 	m.FailoverSeconds.WithLabelValues(kind).Observe(seconds)
+}
+
+// ObserveRecord counts a machine's RecordEvent: ownership moves (kinds
+// failover, handoff, assign) with their duration, the machine's ticks times
+// tick. Other kinds are ignored.
+func (m *Metrics) ObserveRecord(ev cluster.RecordEvent, tick time.Duration) {
+	switch ev.Kind {
+	case "failover", "handoff", "assign":
+		m.ObserveMove(ev.Array, ev.Kind, (time.Duration(ev.Ticks) * tick).Seconds())
+	}
 }
 
 // SetLease records this node's lease and fence state.
