@@ -485,3 +485,31 @@ func TestEtcdLogsGoToInjectedLogger(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestExternalAndClientOnly: a node that is not a voting peer, and a node
+// pointed at an existing etcd by endpoints, run no member and share the
+// same state.
+func TestExternalAndClientOnly(t *testing.T) {
+	st, ps, _ := openCluster(t, 1)
+	ctx := ctxT(t)
+	ext, err := Open(ctx, Options{Name: "X", Endpoints: []string{ps[0].ClientURL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	cli, err := Open(ctx, Options{Name: "Y", Peers: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if ext.Embedded() || cli.Embedded() || !st[0].Embedded() {
+		t.Fatalf("embedded: external %v, client-only %v, peer %v", ext.Embedded(), cli.Embedded(), st[0].Embedded())
+	}
+	if _, err := ext.Put(ctx, Desired, "policies", "failback", "manual"); err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	if _, err := cli.Get(ctx, Desired, "policies", "failback", &v); err != nil || v != "manual" {
+		t.Fatalf("client-only read %q, %v", v, err)
+	}
+}
