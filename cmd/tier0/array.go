@@ -41,7 +41,7 @@ func init() {
 				if arrays == nil {
 					arrays = []api.Array{}
 				}
-				return writeJSON(cmd.OutOrStdout(), arrays)
+				return mgmtJSON(cmd.OutOrStdout(), arrays)
 			}
 			w := cmd.OutOrStdout()
 			if err := printArrays(w, arrays); err != nil {
@@ -77,7 +77,7 @@ func init() {
 				return err
 			}
 			if jsonOut {
-				return writeJSON(cmd.OutOrStdout(), a)
+				return mgmtJSON(cmd.OutOrStdout(), a)
 			}
 			return printArray(cmd.OutOrStdout(), a)
 		},
@@ -197,7 +197,7 @@ func printPlan(cmd *cobra.Command, p arrayPlan) error {
 		p.Problems = []string{}
 	}
 	if jsonOut {
-		if err := writeJSON(cmd.OutOrStdout(), p); err != nil {
+		if err := mgmtJSON(cmd.OutOrStdout(), p); err != nil {
 			return err
 		}
 	} else {
@@ -269,18 +269,22 @@ func arrayCreateCmd() *cobra.Command {
 				p.Problems = []string{} // nothing to check against
 				return printPlan(cmd, p)
 			}
-			c, err := loadSiteConfig(cmd, p.Site)
+			c, err := mgmtLoadSite(p.Site)
 			if err != nil {
 				return err
 			}
 			p.Steps[0] = strings.ReplaceAll(p.Steps[0], "SITE", p.Site)
 			p.Freeze = freezeAuto(c, "")
-			if _, ok := c.Array(a.Name); ok {
-				p.Problems = append(p.Problems, fmt.Sprintf("an array named %s is already defined in %s; choose another name", a.Name, p.Site))
-			}
-			cand := a
+			cand := a // with the defaults Load would fill in
+			cand.Level = strings.ToLower(cand.Level)
 			if cand.ChunkKiB == 0 {
 				cand.ChunkKiB = config.DefaultChunkKiB
+			}
+			if cand.Width == 0 {
+				cand.Width = len(cand.Members)
+				if cand.Auto {
+					cand.Width = len(c.Nodes) - 1
+				}
 			}
 			next := *c
 			next.Arrays = append(slices.Clone(c.Arrays), cand)
@@ -293,7 +297,7 @@ func arrayCreateCmd() *cobra.Command {
 				return err
 			}
 			placed := next.Arrays[len(next.Arrays)-1]
-			placed.ChunkKiB = chunk
+			placed.ChunkKiB, placed.Width = chunk, width
 			for _, d := range placed.Members {
 				if users := c.DriveShares(d); len(users) > 0 {
 					p.Problems = append(p.Problems, fmt.Sprintf(
@@ -329,7 +333,7 @@ func arrayDeleteCmd() *cobra.Command {
 			var c *config.Config
 			if p.Site != "" {
 				var err error
-				if c, err = loadSiteConfig(cmd, p.Site); err != nil {
+				if c, err = mgmtLoadSite(p.Site); err != nil {
 					return err
 				}
 				nqn = c.SubsystemNQN(name)

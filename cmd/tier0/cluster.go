@@ -9,8 +9,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -126,6 +128,20 @@ func (e *unreachableError) Error() string {
 
 func (e *unreachableError) ExitCode() int { return exitUnreachable }
 
+// briefly is err on one line: for an unreachableError the addresses and
+// reasons without the advice (progress lines of --wait and --follow).
+func briefly(err error) string {
+	var ue *unreachableError
+	if !errors.As(err, &ue) {
+		return strings.Join(strings.Fields(err.Error()), " ")
+	}
+	parts := make([]string, len(ue.tried))
+	for i, a := range ue.tried {
+		parts[i] = fmt.Sprintf("%s: %v", a.ep, a.err)
+	}
+	return "no tier0d API answered: " + strings.Join(parts, "; ")
+}
+
 // Unwrap lets callers test errors.Is(err, api.ErrUnavailable).
 func (e *unreachableError) Unwrap() error { return api.ErrUnavailable }
 
@@ -158,9 +174,9 @@ func connect() (*clusterConn, error) {
 		c.eps = []endpoint{{url: strings.TrimRight(u, "/")}}
 		c.source = "--api"
 	case o.site != "":
-		cfg, err := config.Load(o.site)
+		cfg, err := mgmtLoadSite(o.site)
 		if err != nil {
-			return nil, fmt.Errorf("%w (check it with `tier0 config validate %s`)", err, o.site)
+			return nil, err
 		}
 		c.eps = siteEndpoints(cfg)
 		c.source = o.site
@@ -308,7 +324,7 @@ func orDash(s string) string {
 }
 
 // mgmtTable is the table style of the management verbs.
-func mgmtTable(w interface{ Write([]byte) (int, error) }, header ...any) *tablewriter.Table {
+func mgmtTable(w io.Writer, header ...any) *tablewriter.Table {
 	t := tablewriter.NewTable(w, tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithRowAutoWrap(tw.WrapNone))
 	t.Header(header...)
 	return t
@@ -322,4 +338,22 @@ func mgmtRender(t *tablewriter.Table, rows [][]any) error {
 		}
 	}
 	return t.Render()
+}
+
+// mgmtJSON writes v as indented JSON.
+func mgmtJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// mgmtLoadSite loads a site configuration; a configuration with problems
+// is an error listing each one.
+func mgmtLoadSite(file string) (*config.Config, error) {
+	c, err := config.Load(file)
+	if err != nil {
+		return nil, fmt.Errorf("%w (check it with `tier0 config validate %s`)", err, file)
+	}
+	return c, nil
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"tier0/daemon/api"
@@ -251,6 +252,19 @@ func runCLI(t *testing.T, ctx context.Context, args ...string) (stdout, stderr s
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// cobra hands the context to a subcommand only while the subcommand
+	// has none, so a context from an earlier run would stick.
+	// Other verbs' tests run Execute without a context: leave none behind.
+	var setCtx func(*cobra.Command, context.Context)
+	setCtx = func(c *cobra.Command, ctx context.Context) {
+		c.SetContext(ctx)
+		for _, s := range c.Commands() {
+			setCtx(s, ctx)
+		}
+	}
+	setCtx(rootCmd, ctx)
+	var none context.Context // as before any run
+	defer setCtx(rootCmd, none)
 	if err := rootCmd.ExecuteContext(ctx); err != nil {
 		code = exitCode(err)
 		errb.WriteString("tier0: " + err.Error() + "\n")

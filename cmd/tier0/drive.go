@@ -34,7 +34,7 @@ func init() {
 			}
 			rows := driveRows(s)
 			if jsonOut {
-				return writeJSON(cmd.OutOrStdout(), rows)
+				return mgmtJSON(cmd.OutOrStdout(), rows)
 			}
 			return printDriveRows(cmd.OutOrStdout(), rows)
 		},
@@ -223,7 +223,7 @@ func mutateDrive(cmd *cobra.Command, c *clusterConn, drive, action string, array
 	}
 	res := driveResult{Drive: drive, Action: action, Result: "accepted", Arrays: arrayNames(arrays)}
 	if jsonOut {
-		return writeJSON(cmd.OutOrStdout(), res)
+		return mgmtJSON(cmd.OutOrStdout(), res)
 	}
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "%s of drive %s accepted; arrays with it: %s\n", action, drive, orDash(strings.Join(res.Arrays, ", ")))

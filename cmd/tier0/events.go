@@ -48,7 +48,7 @@ func init() {
 			w := cmd.OutOrStdout()
 			if !follow {
 				if jsonOut {
-					return writeJSON(w, evs)
+					return mgmtJSON(w, evs)
 				}
 				return printEvents(w, evs)
 			}
@@ -153,7 +153,7 @@ func followEvents(ctx context.Context, c *clusterConn, w, log io.Writer, evs []a
 			return nil
 		case errors.Is(err, api.ErrUnavailable):
 			if !down {
-				fmt.Fprintln(log, "tier0 events: cluster not answering, retrying: "+strings.SplitN(err.Error(), "\n", 2)[0])
+				fmt.Fprintln(log, "tier0 events: cluster not answering, retrying: "+briefly(err))
 				down = true
 			}
 			continue

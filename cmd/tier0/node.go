@@ -38,7 +38,7 @@ func init() {
 				if s.Nodes == nil {
 					s.Nodes = []cluster.NodeView{}
 				}
-				return writeJSON(cmd.OutOrStdout(), s.Nodes)
+				return mgmtJSON(cmd.OutOrStdout(), s.Nodes)
 			}
 			return printNodes(cmd.OutOrStdout(), s.Nodes)
 		},
@@ -111,7 +111,7 @@ func drainCmd(drain bool) *cobra.Command {
 				res.Result = "done"
 			}
 			if jsonOut {
-				return writeJSON(w, res)
+				return mgmtJSON(w, res)
 			}
 			switch {
 			case wait && drain:
@@ -197,7 +197,7 @@ func waitFor(ctx context.Context, c *clusterConn, log io.Writer, timeout time.Du
 			}
 			now = strings.Join(p, "; ")
 		case errors.Is(err, api.ErrUnavailable) && ctx.Err() == nil:
-			now = "cluster not answering: " + strings.SplitN(err.Error(), "\n", 2)[0]
+			now = "cluster not answering: " + briefly(err)
 		case ctx.Err() != nil:
 		default:
 			return err
@@ -247,7 +247,7 @@ func nodeHealthCmd() *cobra.Command {
 				return fmt.Errorf("asked for node %s's health but %s answered; point --api at node %s's API", args[0], h.Node, args[0])
 			}
 			if jsonOut {
-				return writeJSON(cmd.OutOrStdout(), h)
+				return mgmtJSON(cmd.OutOrStdout(), h)
 			}
 			return printHealth(cmd.OutOrStdout(), h)
 		},

@@ -33,7 +33,7 @@ func init() {
 				return err
 			}
 			if jsonOut {
-				return writeJSON(cmd.OutOrStdout(), s)
+				return mgmtJSON(cmd.OutOrStdout(), s)
 			}
 			return printStatus(cmd.OutOrStdout(), s)
 		},

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"tier0/daemon/api"
+)
+
+func TestStatusTable(t *testing.T) {
+	f := newFakeBackend()
+	out, errOut, code := runCLI(t, nil, "status", "--api", serveFake(t, f))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	mustContain(t, out,
+		"cluster view from node A at 2026-11-29T18:00:00Z: coordinator A, A's lease held",
+		"NODE", "DOMAIN", "STATE", "DRAINING", "DRIVES", "OWNS",
+		"│ A    │ rack1  │ up    │ no       │ A1 A2    │ a b  │",
+		"│ B    │ rack1  │ down  │ no       │ B1 B2    │ -    │",
+		"ARRAY", "LEVEL", "HOME", "OWNER", "EPOCH", "STATE", "PHASE", "MEMBERS",
+		"│ a     │ raid5 │ A    │ A     │ 3     │ degraded   │ active │ B1(missing) C1      │",
+		"│ b     │ raid5 │ B    │ A     │ 7     │ rebuilding │ active │ A1(rebuilding) C2   │",
+		"resync/rebuild:",
+		"array b  member A1 (node A)  rebuilding  [#####.....] 52%",
+		"array c  member C3 (node C)  resyncing   [##########] 100%",
+		"3 nodes: 2 up, 1 down; 3 arrays: 1 degraded, 1 rebuilding, 1 optimal")
+}
+
+func TestStatusJSON(t *testing.T) {
+	f := newFakeBackend()
+	out, errOut, code := runCLI(t, nil, "status", "--json", "--api", serveFake(t, f))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var s api.Status
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if s.Coordinator != "A" || len(s.Nodes) != 3 || len(s.Arrays) != 3 || s.Arrays[1].Members[0].Progress != 52 {
+		t.Fatalf("JSON lost data: %+v", s)
+	}
+	if strings.Contains(out, "┌") {
+		t.Fatal("--json printed a table")
+	}
+}
+
+func TestStatusHealthyNoRebuildSection(t *testing.T) {
+	f := newFakeBackend()
+	f.status.Arrays = f.status.Arrays[2:]
+	f.status.Arrays[0].Members[2].State = "ok"
+	f.status.Nodes[1].Draining = true
+	out, _, code := runCLI(t, nil, "status", "--api", serveFake(t, f))
+	if code != 0 {
+		t.Fatal(code)
+	}
+	if strings.Contains(out, "resync/rebuild") {
+		t.Fatalf("rebuild section without a rebuild:\n%s", out)
+	}
+	mustContain(t, out, "3 nodes: 2 up, 1 down (draining); 1 arrays: 1 optimal")
+}
+
+func TestStatusDaemonNotReady(t *testing.T) {
+	f := newFakeBackend()
+	f.unavail = true
+	url := serveFake(t, f)
+	_, errOut, code := runCLI(t, nil, "status", "--api", url)
+	if code != exitUnreachable {
+		t.Fatalf("exit %d, want %d", code, exitUnreachable)
+	}
+	mustContain(t, errOut, url, "503", "store not reachable")
+}
