@@ -120,7 +120,7 @@ func (cfg *Config) check(n, bs int) error {
 		cfg.BitmapRegion = 4 << 20
 	}
 	if cfg.LogSlots == 0 {
-		cfg.LogSlots = 32
+		cfg.LogSlots = 64
 	}
 	if bs <= 0 || bs > metaBlock || cfg.ChunkSize%bs != 0 {
 		return fmt.Errorf("member block size %d: must divide %d and the chunk size %d: %w", bs, metaBlock, cfg.ChunkSize, ErrInvalidConfig)

@@ -713,7 +713,12 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 	}
 
 	if ent != nil {
-		if a.jl.unflushed(s) {
+		// The partial parity assumes the untouched chunks are durable.
+		// On a healthy stripe a crash is repaired by the bitmap resync,
+		// so only a stripe with a member missing or rebuilding pays for
+		// the flush (a crash together with a member loss on a healthy
+		// stripe rewritten within one flush interval is not covered).
+		if !healthy && a.jl.unflushed(s) {
 			if err := a.flushMembers(); err != nil {
 				return retryOn(err)
 			}

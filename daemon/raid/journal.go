@@ -43,6 +43,9 @@ type journal struct {
 	cursor   []int
 	lastSeq  map[int64]uint64 // stripe -> newest entry seq
 	retiring bool
+	// completed counts finished entries; completedAtRetire is its value
+	// when the last retire flush started.
+	completed, completedAtRetire uint64
 
 	// Write generations: gen advances at the start of every member
 	// flush; wgen records, per stripe (hashed), the generation in which
@@ -165,13 +168,8 @@ func (j *journal) retire(cand uint64) {
 // registers it as active. It returns the roles written (possibly none).
 func (j *journal) begin(e *logEntry, roles []int) error {
 	j.mu.Lock()
-	e.seq = j.nextSeq
-	j.nextSeq++
-	j.active[e.seq] = struct{}{}
-	j.lastSeq[e.stripe] = e.seq
 	// Take one slot on every role at once (all or nothing, no deadlock).
 	picked := make([]int, len(roles))
-	tried := false
 	for {
 		ok := true
 		for x, r := range roles {
@@ -191,25 +189,31 @@ func (j *journal) begin(e *logEntry, roles []int) error {
 		if ok {
 			break
 		}
-		if !tried && !j.retiring {
+		if !j.retiring && j.completed > j.completedAtRetire {
 			// Free slots by flushing every member (outside the lock):
-			// entries completed before the flush become dead.
-			j.retiring, tried = true, true
+			// entries completed before the flush become dead. Without
+			// a completion since the last retire a flush frees nothing.
+			j.retiring = true
+			j.completedAtRetire = j.completed
 			j.mu.Unlock()
 			err := j.a.flushMembers()
 			j.mu.Lock()
 			j.retiring = false
 			j.cond.Broadcast()
 			if err != nil {
-				delete(j.active, e.seq)
 				j.mu.Unlock()
 				return err
 			}
 			continue
 		}
 		j.cond.Wait()
-		tried = false
 	}
+	// The sequence number is taken only now: an entry waiting for a slot
+	// must not hold the tail back (that would keep every slot busy).
+	e.seq = j.nextSeq
+	j.nextSeq++
+	j.active[e.seq] = struct{}{}
+	j.lastSeq[e.stripe] = e.seq
 	for x, r := range roles {
 		j.slotSeq[r][picked[x]] = e.seq
 		j.cursor[r] = (picked[x] + 1) % j.slots
@@ -218,19 +222,27 @@ func (j *journal) begin(e *logEntry, roles []int) error {
 	j.mu.Unlock()
 
 	errs := make([]error, len(roles))
+	write := func(x, r int) {
+		k := 0
+		if r == j.a.parityRole(e.stripe, 1) && j.a.geo.Level == RAID6 {
+			k = 1
+		}
+		buf := j.encode(e, k, tail)
+		errs[x] = j.a.mwrite(j.a.member(r), buf, j.slotOff(picked[x]), true)
+	}
 	var wg sync.WaitGroup
 	for x, r := range roles {
+		if x == 0 {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k := 0
-			if r == j.a.parityRole(e.stripe, 1) && j.a.geo.Level == RAID6 {
-				k = 1
-			}
-			buf := j.encode(e, k, tail)
-			m := j.a.member(r)
-			errs[x] = j.a.mwrite(m, buf, j.slotOff(picked[x]), true)
+			write(x, r)
 		}()
+	}
+	if len(roles) > 0 {
+		write(0, roles[0])
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -251,6 +263,7 @@ func (j *journal) begin(e *logEntry, roles []int) error {
 func (j *journal) end(e *logEntry) {
 	j.mu.Lock()
 	delete(j.active, e.seq)
+	j.completed++
 	j.cond.Broadcast()
 	j.mu.Unlock()
 }

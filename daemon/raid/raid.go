@@ -112,7 +112,7 @@ type Config struct {
 	// bit covers. Default 4 MiB (rounded to whole chunks).
 	BitmapRegion int64
 	// LogSlots is the number of partial parity log slots per member.
-	// Default 32.
+	// Default 64.
 	LogSlots int
 	// DisableLog turns the partial parity log off (tests only: shows the
 	// write hole).

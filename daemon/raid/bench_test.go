@@ -1,0 +1,529 @@
+package raid
+
+import (
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/klauspost/reedsolomon"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/blockdev/local"
+)
+
+// The RAID benchmarks measure the engine against a baseline taken in the
+// same run on the same members and report the ratio as a metric (goal in
+// parentheses):
+//
+//	SeqRead      1 MiB reads / aggregate member reads of the same bytes (≥0.95)
+//	SeqWrite     full-stripe writes / (data fraction × aggregate member writes) (≥0.85)
+//	RandWrite    4 KiB random write IOPS / (member IOPS ÷ 4 RAID-5, ÷ 6 RAID-6) (≥0.8)
+//	Degraded     degraded / healthy: 1 MiB seq read (≥0.75), 4 KiB random read (≥0.8)
+//	Encode       parity encode per core / reedsolomon called directly (≥0.9)
+//	Rebuild      rebuild MB/s alone and under foreground load, and the
+//	             foreground's retained fraction
+//
+// Members are in memory ("mem": engine overhead) or O_DIRECT files
+// ("file", package local) in TIER0_BENCH_DIR (default /var/tmp).
+// scripts/bench.d/raid.sh runs them.
+
+const (
+	benchQ      = 8 // concurrent requests
+	benchChunk  = 64 << 10
+	benchMemMiB = 128 // per member
+)
+
+// ramDev is a lock-free in-memory member for the engine-overhead
+// benchmarks (blockdev.Mem tracks crash state and is too slow to be a
+// baseline). Overlapping concurrent writes are undefined, as the
+// contract allows.
+type ramDev struct{ data []byte }
+
+func (r *ramDev) ReadAt(p []byte, off int64) (int, error)  { return copy(p, r.data[off:]), nil }
+func (r *ramDev) WriteAt(p []byte, off int64) (int, error) { return copy(r.data[off:], p), nil }
+func (r *ramDev) Flush() error                             { return nil }
+func (r *ramDev) WriteZeroes(off, n int64) error           { clear(r.data[off : off+n]); return nil }
+func (r *ramDev) Discard(off, n int64) error               { return r.WriteZeroes(off, n) }
+func (r *ramDev) Size() int64                              { return int64(len(r.data)) }
+func (r *ramDev) BlockSize() int                           { return 4096 }
+func (r *ramDev) Close() error                             { return nil }
+
+var (
+	benchFilesMu sync.Mutex
+	benchFiles   = map[int][]string{}
+)
+
+// benchMembers returns n members of the kind and their per-member size.
+func benchMembers(b *testing.B, kind string, n int) []blockdev.Device {
+	size := int64(benchMemMiB) << 20
+	ds := make([]blockdev.Device, n)
+	switch kind {
+	case "mem":
+		for i := range ds {
+			ds[i] = &ramDev{data: make([]byte, size)}
+		}
+	case "file":
+		dir := os.Getenv("TIER0_BENCH_DIR")
+		if dir == "" {
+			dir = "/var/tmp"
+		}
+		benchFilesMu.Lock()
+		paths := benchFiles[n]
+		if paths == nil {
+			for i := 0; i < n; i++ {
+				paths = append(paths, filepath.Join(dir, fmt.Sprintf("tier0-raid-bench-%d-%d-%d.img", os.Getpid(), n, i)))
+			}
+			benchFiles[n] = paths
+		}
+		benchFilesMu.Unlock()
+		for i := range ds {
+			d, err := local.Open(paths[i], local.Options{Size: size, Create: true})
+			if err != nil {
+				b.Skipf("O_DIRECT member files in %s: %v (set TIER0_BENCH_DIR)", dir, err)
+			}
+			ds[i] = d
+		}
+		// Fill once so reads hit allocated extents.
+		buf := blockdev.AlignedBuffer(4 << 20)
+		rand.New(rand.NewSource(1)).Read(buf)
+		var wg sync.WaitGroup
+		for _, d := range ds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for off := int64(0); off < size; off += int64(len(buf)) {
+					d.WriteAt(buf, off)
+				}
+				d.Flush()
+			}()
+		}
+		wg.Wait()
+		b.Cleanup(func() {
+			for _, d := range ds {
+				d.Close()
+			}
+		})
+	}
+	return ds
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, ps := range benchFiles {
+		for _, p := range ps {
+			os.Remove(p)
+		}
+	}
+	os.Exit(code)
+}
+
+// drive runs ops operations from benchQ workers; op gets the worker and
+// the operation index. It returns the elapsed time and mean latency.
+func drive(ops int, op func(w, i int) error) (time.Duration, time.Duration, error) {
+	var next atomic.Int64
+	var lat atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < benchQ; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= ops {
+					return
+				}
+				t0 := time.Now()
+				if err := op(w, i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				lat.Add(int64(time.Since(t0)))
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if e, ok := firstErr.Load().(error); ok {
+		return el, 0, e
+	}
+	return el, time.Duration(lat.Load() / int64(ops)), nil
+}
+
+func mbps(bytes int64, d time.Duration) float64 { return float64(bytes) / d.Seconds() / 1e6 }
+
+func benchArray(b *testing.B, ds []blockdev.Device, level Level) *Array {
+	a, err := Create(ds, Config{Level: level, ChunkSize: benchChunk, AssumeClean: true, Policy: quietPolicy(nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Abort() })
+	return a
+}
+
+// memberSpread does, per op, one request of size n split evenly over all
+// members in parallel at a per-op sequential offset (the "aggregate of
+// the members read directly" baseline).
+func memberSpread(ds []blockdev.Device, n int, write bool, bufs [][]byte) func(w, i int) error {
+	part := int64(n/len(ds)) / 4096 * 4096
+	return func(w, i int) error {
+		off := (int64(i) * part) % (ds[0].Size() - part) / 4096 * 4096
+		var wg sync.WaitGroup
+		errs := make([]error, len(ds))
+		for m, d := range ds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := bufs[w][int64(m)*part : int64(m+1)*part]
+				if write {
+					_, errs[m] = d.WriteAt(p, off)
+				} else {
+					_, errs[m] = d.ReadAt(p, off)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, e := range errs {
+			if e != nil {
+				return e
+			}
+		}
+		return nil
+	}
+}
+
+func workerBufs(n int) [][]byte {
+	bs := make([][]byte, benchQ)
+	for i := range bs {
+		bs[i] = blockdev.AlignedBuffer(n)
+		rand.New(rand.NewSource(int64(i))).Read(bs[i])
+	}
+	return bs
+}
+
+func kinds() []string { return []string{"mem", "file"} }
+
+func BenchmarkSeqRead(b *testing.B) {
+	for _, kind := range kinds() {
+		b.Run(kind+"/raid5-3+1", func(b *testing.B) {
+			ds := benchMembers(b, kind, 4)
+			a := benchArray(b, ds, RAID5)
+			const req = 1 << 20
+			ops := int(a.Size() / req)
+			bufs := workerBufs(req)
+			for it := 0; it < b.N; it++ {
+				base, _, err := drive(ops, memberSpread(ds, req, false, bufs))
+				if err != nil {
+					b.Fatal(err)
+				}
+				eng, _, err := drive(ops, func(w, i int) error {
+					_, err := a.ReadAt(bufs[w], int64(i)*req)
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				total := int64(ops) * req
+				b.ReportMetric(mbps(total, eng), "MB/s")
+				b.ReportMetric(mbps(total, base), "member-MB/s")
+				b.ReportMetric(base.Seconds()/eng.Seconds(), "ratio")
+			}
+		})
+	}
+}
+
+func BenchmarkSeqWrite(b *testing.B) {
+	for _, kind := range kinds() {
+		for _, tc := range []struct {
+			level Level
+			n     int
+		}{{RAID5, 4}, {RAID6, 6}} {
+			b.Run(fmt.Sprintf("%s/%s-%d", kind, tc.level, tc.n), func(b *testing.B) {
+				ds := benchMembers(b, kind, tc.n)
+				a := benchArray(b, ds, tc.level)
+				g := a.Geometry()
+				req := int(g.StripeSize) * max(1, int((1<<20)/g.StripeSize)) // ~1 MiB of whole stripes
+				ops := int(a.Size()/int64(req)) * 3 / 4
+				// Baseline: the same number of bytes per member per op
+				// as the engine writes (data + parity).
+				perOp := req / g.DataDisks * g.Members
+				bufs := workerBufs(max(req, perOp))
+				for it := 0; it < b.N; it++ {
+					base, _, err := drive(ops, memberSpread(ds, perOp, true, bufs))
+					if err != nil {
+						b.Fatal(err)
+					}
+					eng, _, err := drive(ops, func(w, i int) error {
+						_, err := a.WriteAt(bufs[w][:req], int64(i)*int64(req))
+						return err
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					data := int64(ops) * int64(req)
+					memberRate := mbps(int64(ops)*int64(perOp), base)
+					frac := float64(g.DataDisks) / float64(g.Members)
+					b.ReportMetric(mbps(data, eng), "MB/s")
+					b.ReportMetric(memberRate, "member-MB/s")
+					b.ReportMetric(mbps(data, eng)/(frac*memberRate), "ratio")
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkRandWrite4K(b *testing.B) {
+	for _, kind := range kinds() {
+		for _, tc := range []struct {
+			level Level
+			n     int
+			ios   float64 // member I/Os per write under read-modify-write
+		}{{RAID5, 4, 4}, {RAID6, 6, 6}} {
+			for _, logOn := range []bool{true, false} {
+				name := fmt.Sprintf("%s/%s-%d", kind, tc.level, tc.n)
+				if !logOn {
+					name += "/nolog"
+				}
+				b.Run(name, func(b *testing.B) {
+					ds := benchMembers(b, kind, tc.n)
+					a, err := Create(ds, Config{Level: tc.level, ChunkSize: benchChunk, AssumeClean: true, DisableLog: !logOn, Policy: quietPolicy(nil)})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer a.Abort()
+					ops := 20000
+					if kind == "file" {
+						ops = 8000
+					}
+					bufs := workerBufs(4096)
+					for it := 0; it < b.N; it++ {
+						// Member IOPS: 4 KiB random, half reads half writes,
+						// spread over all members.
+						rng := make([]*rand.Rand, benchQ)
+						for w := range rng {
+							rng[w] = rand.New(rand.NewSource(int64(w)))
+						}
+						mops := ops * 2
+						base, _, err := drive(mops, func(w, i int) error {
+							d := ds[i%len(ds)]
+							off := rng[w].Int63n(d.Size()/4096-1) * 4096
+							if i%2 == 0 {
+								_, err := d.ReadAt(bufs[w], off)
+								return err
+							}
+							_, err := d.WriteAt(bufs[w], off)
+							return err
+						})
+						if err != nil {
+							b.Fatal(err)
+						}
+						eng, lat, err := drive(ops, func(w, i int) error {
+							off := rng[w].Int63n(a.Size()/4096) * 4096
+							_, err := a.WriteAt(bufs[w], off)
+							return err
+						})
+						if err != nil {
+							b.Fatal(err)
+						}
+						memberIOPS := float64(mops) / base.Seconds()
+						iops := float64(ops) / eng.Seconds()
+						b.ReportMetric(iops, "IOPS")
+						b.ReportMetric(memberIOPS, "member-IOPS")
+						b.ReportMetric(float64(lat.Microseconds()), "lat-µs")
+						b.ReportMetric(iops/(memberIOPS/tc.ios), "ratio")
+					}
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkDegraded(b *testing.B) {
+	for _, kind := range kinds() {
+		b.Run(kind+"/raid5-3+1", func(b *testing.B) {
+			ds := benchMembers(b, kind, 4)
+			for it := 0; it < b.N; it++ {
+				a := benchArray(b, ds, RAID5)
+				const req = 1 << 20
+				ops := int(a.Size() / req)
+				bufs := workerBufs(req)
+				seq := func(w, i int) error {
+					_, err := a.ReadAt(bufs[w], int64(i)*req)
+					return err
+				}
+				rops := 20000
+				rng := make([]*rand.Rand, benchQ)
+				rnd := func(w, i int) error {
+					if rng[w] == nil {
+						rng[w] = rand.New(rand.NewSource(int64(w)))
+					}
+					_, err := a.ReadAt(bufs[w][:4096], rng[w].Int63n(a.Size()/4096)*4096)
+					return err
+				}
+				hs, _, err := drive(ops, seq)
+				if err != nil {
+					b.Fatal(err)
+				}
+				hr, hlat, err := drive(rops, rnd)
+				if err != nil {
+					b.Fatal(err)
+				}
+				a.FailMember(1, "bench")
+				ds2, _, err := drive(ops, seq)
+				if err != nil {
+					b.Fatal(err)
+				}
+				dr, dlat, err := drive(rops, rnd)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(mbps(int64(ops)*req, ds2), "degraded-seq-MB/s")
+				b.ReportMetric(hs.Seconds()/ds2.Seconds(), "seq-ratio")
+				b.ReportMetric(float64(rops)/dr.Seconds(), "degraded-4k-IOPS")
+				b.ReportMetric(hr.Seconds()/dr.Seconds(), "4k-ratio")
+				b.ReportMetric(float64(dlat-hlat)/float64(time.Microsecond), "4k-lat-change-µs")
+			}
+		})
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	for _, tc := range []struct {
+		level  Level
+		nd, np int
+	}{{RAID5, 3, 1}, {RAID6, 4, 2}} {
+		b.Run(fmt.Sprintf("%s-%d+%d", tc.level, tc.nd, tc.np), func(b *testing.B) {
+			c, _ := newCoder(tc.level, tc.nd)
+			var rs reedsolomon.Encoder
+			if tc.level == RAID5 {
+				rs, _ = reedsolomon.New(tc.nd, 1, reedsolomon.WithFastOneParityMatrix(), reedsolomon.WithMaxGoroutines(1))
+			} else {
+				m := [][]byte{{1, 1, 1, 1}, {1, 2, 4, 8}}
+				rs, _ = reedsolomon.New(tc.nd, 2, reedsolomon.WithCustomMatrix(m), reedsolomon.WithMaxGoroutines(1))
+			}
+			shards := make([][]byte, tc.nd+tc.np)
+			for i := range shards {
+				shards[i] = blockdev.AlignedBuffer(benchChunk)
+				rand.New(rand.NewSource(int64(i))).Read(shards[i])
+			}
+			const rounds = 4000
+			data := int64(rounds * tc.nd * benchChunk)
+			for it := 0; it < b.N; it++ {
+				t0 := time.Now()
+				for r := 0; r < rounds; r++ {
+					rs.Encode(shards)
+				}
+				direct := time.Since(t0)
+				t0 = time.Now()
+				for r := 0; r < rounds; r++ {
+					c.encode(shards[:tc.nd], shards[tc.nd:])
+				}
+				eng := time.Since(t0)
+				b.ReportMetric(float64(data)/eng.Seconds()/1e9, "GB/s")
+				b.ReportMetric(float64(data)/direct.Seconds()/1e9, "rs-GB/s")
+				b.ReportMetric(direct.Seconds()/eng.Seconds(), "ratio")
+			}
+		})
+	}
+}
+
+func BenchmarkRebuild(b *testing.B) {
+	for _, kind := range kinds() {
+		b.Run(kind+"/raid5-3+1", func(b *testing.B) {
+			ds := benchMembers(b, kind, 4)
+			for it := 0; it < b.N; it++ {
+				ev := &events{}
+				pol := quietPolicy(ev)
+				pol.Adaptive = true
+				a, err := Create(ds, Config{Level: RAID5, ChunkSize: benchChunk, AssumeClean: true, Policy: pol})
+				if err != nil {
+					b.Fatal(err)
+				}
+				bufs := workerBufs(1 << 20)
+				// Foreground: 1 MiB random reads for a fixed time.
+				fg := func(d time.Duration) (int64, time.Duration) {
+					var n atomic.Int64
+					stop := time.Now().Add(d)
+					var wg sync.WaitGroup
+					for w := 0; w < benchQ/2; w++ {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							rng := rand.New(rand.NewSource(int64(w)))
+							for time.Now().Before(stop) {
+								off := rng.Int63n(a.Size()/(1<<20)) << 20
+								if _, err := a.ReadAt(bufs[w], off); err != nil {
+									return
+								}
+								n.Add(1 << 20)
+							}
+						}()
+					}
+					wg.Wait()
+					return n.Load(), d
+				}
+				fgAlone, fgD := fg(time.Second)
+				memberBytes := a.Geometry().Stripes * a.Geometry().ChunkSize
+				rebuild := func(load bool) (float64, float64) {
+					a.FailMember(3, "bench")
+					t0 := time.Now()
+					if err := a.Replace(3, ds[3]); err != nil {
+						b.Fatal(err)
+					}
+					var got int64
+					var d time.Duration
+					if load {
+						done := make(chan struct{})
+						go func() { a.WaitIdle(); close(done) }()
+						var n atomic.Int64
+						var wg sync.WaitGroup
+						start := time.Now()
+						for w := 0; w < benchQ/2; w++ {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								rng := rand.New(rand.NewSource(int64(w)))
+								for {
+									select {
+									case <-done:
+										return
+									default:
+									}
+									off := rng.Int63n(a.Size()/(1<<20)) << 20
+									if _, err := a.ReadAt(bufs[w], off); err != nil {
+										return
+									}
+									n.Add(1 << 20)
+								}
+							}()
+						}
+						wg.Wait()
+						got, d = n.Load(), time.Since(start)
+					} else {
+						a.WaitIdle()
+					}
+					el := time.Since(t0)
+					rate := mbps(memberBytes, el)
+					retained := 0.0
+					if load {
+						retained = (float64(got) / d.Seconds()) / (float64(fgAlone) / fgD.Seconds())
+					}
+					return rate, retained
+				}
+				alone, _ := rebuild(false)
+				loaded, retained := rebuild(true)
+				a.Abort()
+				b.ReportMetric(alone, "rebuild-MB/s")
+				b.ReportMetric(loaded, "rebuild-loaded-MB/s")
+				b.ReportMetric(retained, "fg-retained")
+				b.ReportMetric(mbps(fgAlone, fgD), "fg-MB/s")
+			}
+		})
+	}
+}
