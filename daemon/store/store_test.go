@@ -513,3 +513,65 @@ func TestExternalAndClientOnly(t *testing.T) {
 		t.Fatalf("client-only read %q, %v", v, err)
 	}
 }
+
+// TestReplaceDeadMember follows the documented procedure: member n2 is
+// lost for good; it is removed, a new member n3 is added, and n3 starts
+// with an empty data directory and JoinExisting, then serves the data.
+func TestReplaceDeadMember(t *testing.T) {
+	st, ps, dir := openCluster(t, 3)
+	ctx := ctxT(t)
+	if _, err := st[0].Put(ctx, Desired, "arrays", "a", "kept"); err != nil {
+		t.Fatal(err)
+	}
+	st[2].Close()
+	st[2] = nil
+	c := st[0].Client()
+	ml, err := c.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deadID uint64
+	for _, mb := range ml.Members {
+		if mb.Name == "n2" {
+			deadID = mb.ID
+		}
+	}
+	if _, err := c.MemberRemove(ctx, deadID); err != nil {
+		t.Fatalf("member remove: %v", err)
+	}
+	n3 := peers(t, 1)[0]
+	n3.Name = "n3"
+	// etcd refuses to add a voting member until the remaining ones have
+	// been connected for its health interval (5s); retry like an operator.
+	for {
+		_, err := c.MemberAdd(ctx, []string{n3.PeerURL})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("member add: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	newPeers := []Peer{ps[0], ps[1], n3}
+	o := options(newPeers, 2, dir)
+	o.JoinExisting = true
+	s3, err := Open(ctx, o)
+	if err != nil {
+		t.Fatalf("start replacement member: %v", err)
+	}
+	defer s3.Close()
+	var v string
+	if _, err := s3.Get(ctx, Desired, "arrays", "a", &v); err != nil || v != "kept" {
+		t.Fatalf("replacement reads %q, %v", v, err)
+	}
+	ml, err = c.MemberList(ctx)
+	if err != nil || len(ml.Members) != 3 {
+		t.Fatalf("members after replacement: %v, %v", ml, err)
+	}
+	for _, mb := range ml.Members {
+		if mb.Name == "n2" || mb.Name == "" {
+			t.Fatalf("member list still has %q: %v", mb.Name, ml.Members)
+		}
+	}
+}
