@@ -1,15 +1,15 @@
 package validate
 
 import (
+	"bufio"
 	"bytes"
-	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,19 +18,22 @@ import (
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// buildTier0d builds the real daemon into a temporary folder.
-func buildTier0d(t *testing.T) string {
+// buildBinaries builds the real tier0 and tier0d, side by side, into a
+// temporary folder (without -race: the validation runs as its own process,
+// so that the race detector of a `go test -race` run does not slow the
+// load generator five-fold or judge other packages' code paths here).
+func buildBinaries(t *testing.T) (tier0 string) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("the go tool is not on $PATH; the end-to-end test builds tier0d with it")
+		t.Skip("the go tool is not on $PATH; the end-to-end test builds tier0 and tier0d with it")
 	}
-	bin := filepath.Join(t.TempDir(), "tier0d")
-	cmd := exec.Command("go", "build", "-o", bin, "tier0/cmd/tier0d")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/", "tier0/cmd/tier0", "tier0/cmd/tier0d")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build tier0d: %v\n%s", err, out)
+		t.Fatalf("go build tier0 tier0d: %v\n%s", err, out)
 	}
-	return bin
+	return filepath.Join(dir, "tier0")
 }
 
 // tier0dOf lists the running tier0d processes whose command line names
@@ -50,33 +53,17 @@ func tier0dOf(site string) []string {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer safe for the progress bar's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// TestLocalEndToEnd runs the real thing: five tier0d processes, an
-// interrupted run (Ctrl-C right after the cluster came up) that must leave
-// nothing behind, then a full --short run in the same work directory that
-// must pass every check and write the report.
+// TestLocalEndToEnd runs the real thing: `tier0 validate --local --short`
+// with five tier0d processes; first interrupted with SIGINT right after the
+// cluster came up (it must stop every process and leave no work file, exit
+// 130), then a full run in the same work directory, over a stale file left
+// behind, that must pass every check (Slurm and GDS: not run on CI) and
+// write the report.
 func TestLocalEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the end-to-end validation starts five tier0d processes and takes a minute or two")
 	}
-	bin := buildTier0d(t)
+	tier0 := buildBinaries(t)
 	work := filepath.Join(t.TempDir(), "work")
 	site, err := filepath.Abs("testdata/site-5node.yaml")
 	if err != nil {
@@ -86,27 +73,52 @@ func TestLocalEndToEnd(t *testing.T) {
 	if err := checkPorts(cfg); err != nil {
 		t.Skipf("the test site's ports are taken on this host: %v", err)
 	}
-	opts := Options{Site: site, Local: true, Short: true, WorkDir: work, Tier0d: bin, Logger: discardLog()}
+	validate := func(out string) *exec.Cmd {
+		cmd := exec.Command(tier0, "validate", "--site", site, "--local", "--short", "--work", work, "--out", out)
+		cmd.Env = os.Environ()
+		return cmd
+	}
+	exitCode := func(err error) int {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatalf("tier0 validate: %v", err)
+		}
+		return 0
+	}
 
 	t.Run("interrupted", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		o := opts
-		o.OutDir = filepath.Join(t.TempDir(), "report")
-		o.OnCheck = func(c bench.Check) {
-			if c.Name == CheckClusterUp {
-				if c.Status != bench.Pass {
-					t.Errorf("cluster up: %s", c.Reason)
-				}
-				cancel() // Ctrl-C
+		out := filepath.Join(t.TempDir(), "report")
+		cmd := validate(out)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var seen strings.Builder
+		sc := bufio.NewScanner(stdout)
+		up := false
+		for sc.Scan() {
+			seen.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "] "+CheckClusterUp) {
+				up = strings.Contains(sc.Text(), "[PASS")
+				_ = cmd.Process.Signal(os.Interrupt) // Ctrl-C
+				break
 			}
 		}
-		rep, err := Run(ctx, o)
-		if !errors.Is(err, ErrInterrupted) {
-			t.Fatalf("Run = %v, want ErrInterrupted", err)
+		go io.Copy(io.Discard, stdout)
+		code := exitCode(cmd.Wait())
+		if !up {
+			t.Fatalf("cluster did not come up:\n%s\nstderr:\n%s", seen.String(), stderr.String())
 		}
-		if ExitCode(rep.Results, err) != ExitInterrupted {
-			t.Errorf("exit code %d, want %d", ExitCode(rep.Results, err), ExitInterrupted)
+		if code != ExitInterrupted {
+			t.Errorf("exit code %d, want %d; stderr:\n%s", code, ExitInterrupted, stderr.String())
 		}
 		if left := tier0dOf(site); len(left) > 0 {
 			t.Errorf("tier0d processes left running after the interrupt: %v", left)
@@ -116,7 +128,11 @@ func TestLocalEndToEnd(t *testing.T) {
 				t.Errorf("work file %s left after the interrupt (%v)", p, err)
 			}
 		}
-		for _, c := range rep.Results.Checks {
+		res, err := bench.ReadFile(filepath.Join(out, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range res.Checks {
 			if c.Name != CheckRaw && c.Name != CheckClusterUp && c.Status == bench.Pass {
 				t.Errorf("check %q passed in a run interrupted after the cluster came up", c.Name)
 			}
@@ -135,20 +151,21 @@ func TestLocalEndToEnd(t *testing.T) {
 		if err := os.WriteFile(stale, []byte("left by a killed run"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		o := opts
-		o.OutDir = filepath.Join(t.TempDir(), "report")
-		out := &syncBuffer{}
-		o.Out, o.Progress = out, true
+		out := filepath.Join(t.TempDir(), "report")
+		cmd := validate(out)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		t0 := time.Now()
-		rep, err := Run(context.Background(), o)
-		t.Logf("validate --short took %s", time.Since(t0).Round(time.Second))
-		if rep == nil {
-			t.Fatalf("Run: %v", err)
-		}
+		code := exitCode(cmd.Run())
+		t.Logf("tier0 validate --local --short took %s", time.Since(t0).Round(time.Second))
+		res, err := bench.ReadFile(filepath.Join(out, "results.json"))
 		if err != nil {
-			t.Errorf("Run: %v", err)
+			t.Fatalf("%v (exit code %d); stderr:\n%s", err, code, stderr.String())
 		}
-		for _, c := range rep.Results.Checks {
+		if code != ExitPass {
+			t.Errorf("exit code %d, want 0", code)
+		}
+		for _, c := range res.Checks {
 			want := bench.Pass
 			if c.Name == CheckSlurm || c.Name == CheckGDS {
 				want = bench.NotRun // the test site has no Slurm; CI has no GPU
@@ -160,19 +177,18 @@ func TestLocalEndToEnd(t *testing.T) {
 				t.Errorf("check %q: %s (%s), want %s", c.Name, c.Status, c.Reason, want)
 			}
 		}
+		if len(res.Checks) != len(AllChecks) {
+			t.Errorf("%d checks, want %d", len(res.Checks), len(AllChecks))
+		}
 		if t.Failed() {
-			t.Logf("output:\n%s", out.String())
-			for _, l := range rep.Logs {
-				b, _ := os.ReadFile(l)
+			t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+			for _, n := range []string{"A", "B", "C"} {
+				b, _ := os.ReadFile(filepath.Join(out, "logs", n+".log"))
 				if len(b) > 4000 {
 					b = b[len(b)-4000:]
 				}
-				t.Logf("tail of %s:\n%s", l, b)
+				t.Logf("tail of node %s's log:\n%s", n, b)
 			}
-		}
-		res, err := bench.ReadFile(rep.ResultsFile)
-		if err != nil {
-			t.Fatal(err)
 		}
 		for _, layer := range []bench.Layer{bench.LayerRaw, bench.LayerBlock, bench.LayerFrontend} {
 			for _, sc := range []string{bench.ScenarioSeqRead1M, bench.ScenarioSeqWrite1M, bench.ScenarioRandRead4K, bench.ScenarioRandWrite4K} {
@@ -190,16 +206,13 @@ func TestLocalEndToEnd(t *testing.T) {
 		if len(res.Rebuilds) != 4 {
 			t.Errorf("%d rebuild records, want 4 (arrays A, C, D, E)", len(res.Rebuilds))
 		}
-		for _, p := range append([]string{rep.Paths.HTML, rep.Paths.Markdown}, rep.Logs...) {
-			if st, err := os.Stat(p); err != nil || st.Size() == 0 {
-				t.Errorf("report file %s: %v", p, err)
+		for _, f := range []string{"report.html", "report.md", "logs/A.log", "logs/E.log"} {
+			if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+				t.Errorf("report file %s: %v", f, err)
 			}
 		}
-		if len(rep.Logs) != 5 {
-			t.Errorf("%d node logs copied, want 5", len(rep.Logs))
-		}
 		for _, want := range []string{"CHECKLIST", "PASSED", "resync/rebuild", "report:"} {
-			if !strings.Contains(out.String(), want) {
+			if !strings.Contains(stdout.String(), want) {
 				t.Errorf("output lacks %q", want)
 			}
 		}
