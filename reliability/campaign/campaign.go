@@ -120,16 +120,19 @@ type Result struct {
 	// during the workload.
 	Final  checker.Report `json:"final"`
 	Online checker.Report `json:"online"`
+	// VerifyErr is set when the final verification did not finish.
+	VerifyErr string `json:"verify_error,omitempty"`
 	// Stuck arrays at the end (must be empty).
 	Stuck   []string      `json:"stuck,omitempty"`
 	Elapsed time.Duration `json:"elapsed_ns"`
 }
 
-// ArraysStuck counts injections (and the end) that left arrays unhealthy.
+// ArraysStuck is the largest number of arrays found unhealthy past the
+// bound, after any fault or at the end.
 func (r Result) ArraysStuck() int {
 	n := len(r.Stuck)
 	for _, in := range r.Injections {
-		n += len(in.Stuck)
+		n = max(n, len(in.Stuck))
 	}
 	return n
 }
@@ -144,6 +147,9 @@ func (r Result) Err() error {
 	}
 	if err := r.Online.Err(); err != nil {
 		probs = append(probs, "read-backs during the workload: "+err.Error())
+	}
+	if r.VerifyErr != "" {
+		probs = append(probs, "verification did not finish: "+r.VerifyErr)
 	}
 	if n := r.ArraysStuck(); n > 0 {
 		probs = append(probs, fmt.Sprintf("%d arrays stuck", n))
@@ -323,7 +329,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if _, bad, err := c.WaitHealthy(ctx, o.RecoverBound); err != nil {
 		res.Stuck = bad
 	}
-	res.Final, _ = chk.Verify(ctx, checker.VerifyOptions{ReadRetries: 10, RetryDelay: time.Second})
+	var verr error
+	res.Final, verr = chk.Verify(ctx, checker.VerifyOptions{ReadRetries: 10, RetryDelay: time.Second})
+	if verr != nil {
+		res.VerifyErr = verr.Error()
+	}
 	res.Final.Acked, res.Final.Failed = res.Progress.Acked, res.Progress.Failed
 	res.Online = chk.Online()
 	res.Elapsed = time.Since(e.start)
@@ -544,15 +554,17 @@ func (e *env) freezeOwner(ctx context.Context, in *Injection) error {
 	return nil
 }
 
-// restartResync kills a node, restarts it, and kill -9s the owner of an
-// array while that owner resyncs the returned node's member (or, if the
-// resync is already over, the returned node again).
+// restartResync kills a node, restarts it, and while the owners resync
+// its members kills it again (a daemon restart during resync), then
+// restarts it for good. With parity 2 everywhere (RAID-6) it kills the
+// owner performing one of those resyncs instead: a second node lost while
+// the first one's members are still out of date, which RAID-6 survives and
+// RAID-5 does not.
 func (e *env) restartResync(ctx context.Context, in *Injection) error {
-	names, owners, err := e.arrays(ctx)
+	_, owners, err := e.arrays(ctx)
 	if err != nil {
 		return err
 	}
-	_ = names
 	first := e.pick(e.c.Nodes())
 	e.mark(in)
 	if err := e.c.Kill(first); err != nil {
@@ -561,14 +573,16 @@ func (e *env) restartResync(ctx context.Context, in *Injection) error {
 	e.say("%s: kill -9 %s with %d writes in flight", RestartResync, first, in.InFlight)
 	for a, o := range owners {
 		if o == first {
-			if d, _, err := e.waitServed(ctx, a, first); err != nil {
+			d, _, err := e.waitServed(ctx, a, first)
+			if err != nil {
 				return err
-			} else if in.Failover == 0 {
+			}
+			if in.Failover == 0 {
 				in.Failover = d
 			}
 		}
 	}
-	// Degraded writes dirty the bitmap, so the member will need a resync.
+	// Degraded writes dirty the bitmap, so the members will need a resync.
 	e.settle(ctx, 2*time.Second, 300)
 	if err := e.c.Start(first); err != nil {
 		return err
@@ -577,8 +591,7 @@ func (e *env) restartResync(ctx context.Context, in *Injection) error {
 	victim, array := "", ""
 	deadline := time.Now().Add(30 * time.Second)
 	for victim == "" && time.Now().Before(deadline) && ctx.Err() == nil {
-		as, err := e.c.Arrays(ctx)
-		if err == nil {
+		if as, err := e.c.Arrays(ctx); err == nil {
 			for _, a := range as {
 				for _, m := range a.Members {
 					if m.Node == first && (m.State == "resyncing" || m.State == "rebuilding") && a.Owner != "" && a.Owner != first {
@@ -591,12 +604,15 @@ func (e *env) restartResync(ctx context.Context, in *Injection) error {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	if victim == "" {
+	switch {
+	case victim == "":
 		victim = first
 		in.Detail = fmt.Sprintf("kill -9 %s, restart; no resync seen in progress: kill -9 %s again right after its restart", first, first)
-		time.Sleep(time.Second)
-	} else {
+	case e.allParity(2):
 		in.Detail = fmt.Sprintf("kill -9 %s, restart; kill -9 %s while it resynced array %s's member on %s", first, victim, array, first)
+	default:
+		in.Detail = fmt.Sprintf("kill -9 %s, restart; kill -9 %s again while array %s's owner %s resynced its member", first, first, array, victim)
+		victim = first
 	}
 	p := e.chk.Progress()
 	if err := e.c.Kill(victim); err != nil {

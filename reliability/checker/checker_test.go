@@ -294,3 +294,22 @@ func TestNewRejectsBadTargets(t *testing.T) {
 		}
 	}
 }
+
+func TestUnreadableDeviceCountsAndGivesUp(t *testing.T) {
+	m := newMem()
+	f := blockdev.NewFault(m)
+	c, _ := New([]Target{{Name: "a", Dev: f}}, Options{Seed: 8})
+	runFor(t, c, 100)
+	f.AddRule(blockdev.Rule{Op: blockdev.OpRead, Action: blockdev.Fail, Err: blockdev.ErrNoPath})
+	r, err := c.Verify(context.Background(), VerifyOptions{ReadRetries: 3, RetryDelay: time.Millisecond, ChunkUnits: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Unreadable != 256 || r.OK() || !errors.Is(r.Err(), ErrViolation) {
+		t.Fatalf("want all 256 units unreadable: %v", r)
+	}
+	// Only the first chunk is retried.
+	if f.Fired() != 3+16 {
+		t.Fatalf("%d reads failed, want 3 retries + 16 chunks", f.Fired())
+	}
+}

@@ -140,7 +140,8 @@ type VerifyOptions struct {
 
 // Verify reads every unit of every target and checks it against the
 // record. It must not run while Run does. Blocks that cannot be read after
-// the retries count as Unreadable. The returned error is only ctx's.
+// the retries count as Unreadable; once a read of a target failed every
+// retry, its later reads get one try. The returned error is only ctx's.
 func (c *Checker) Verify(ctx context.Context, vo VerifyOptions) (Report, error) {
 	c.running.Lock()
 	defer c.running.Unlock()
@@ -156,12 +157,13 @@ func (c *Checker) Verify(ctx context.Context, vo VerifyOptions) (Report, error) 
 	r := Report{Acked: c.acked.Load(), Failed: c.failed.Load()}
 	buf := make([]byte, vo.ChunkUnits*UnitSize)
 	for _, t := range c.targets {
+		retries := vo.ReadRetries
 		for first := 0; first < t.Units; first += vo.ChunkUnits {
 			n := min(vo.ChunkUnits, t.Units-first)
 			b := buf[:n*UnitSize]
 			var err error
 			for try := 0; ; try++ {
-				if _, err = t.Dev.ReadAt(b, t.Offset+int64(first)*UnitSize); err == nil || try >= vo.ReadRetries {
+				if _, err = t.Dev.ReadAt(b, t.Offset+int64(first)*UnitSize); err == nil || try >= retries {
 					break
 				}
 				select {
@@ -171,6 +173,8 @@ func (c *Checker) Verify(ctx context.Context, vo VerifyOptions) (Report, error) 
 				}
 			}
 			if err != nil {
+				// The device is down: the rest of it gets one try each.
+				retries = 0
 				r.Unreadable += int64(n)
 				r.Checked += int64(n)
 				c.problem(&r, "%s units %d..%d: unreadable: %v", t.Name, first, first+n-1, err)
