@@ -59,7 +59,7 @@ var clusterFlags = func() *pflag.FlagSet {
 	fs := pflag.NewFlagSet("cluster", pflag.ContinueOnError)
 	fs.StringVar(&clusterOpts.site, "site", "", "site configuration: try each node's API in turn [$TIER0_SITE, else "+defaultSiteFile+"]")
 	fs.StringVar(&clusterOpts.apiURL, "api", "", "one node's management API, e.g. http://10.0.0.1:7480 (instead of --site) [$TIER0_API]")
-	fs.StringVar(&clusterOpts.token, "token", "", "bearer token for changes (drain, fail, replace) [$TIER0_TOKEN]")
+	fs.StringVar(&clusterOpts.token, "token", "", "bearer token for changes (drain, fail, replace) [$TIER0_TOKEN, else /etc/tier0/token if readable]")
 	fs.StringVar(&clusterOpts.tokenFile, "token-file", "", "file holding the bearer token (as tier0d --token-file)")
 	fs.StringVar(&clusterOpts.caFile, "ca", "", "PEM CA bundle to verify an https:// --api")
 	fs.DurationVar(&clusterOpts.timeout, "timeout", 5*time.Second, "give up on one node's API after this long and try the next")
@@ -214,8 +214,19 @@ func resolveToken(flagTok, file string) (string, error) {
 		}
 		return strings.TrimSpace(string(b)), nil
 	}
-	return os.Getenv("TIER0_TOKEN"), nil
+	if t := os.Getenv("TIER0_TOKEN"); t != "" {
+		return t, nil
+	}
+	// On a node, root may read the token the daemon uses (dist/install.sh
+	// puts it there); anyone else gets the API's 401 with advice.
+	if b, err := os.ReadFile(defaultTokenFile); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", nil
 }
+
+// defaultTokenFile is read when no token is given (a variable for tests).
+var defaultTokenFile = "/etc/tier0/token"
 
 // siteEndpoints lists every node's API URL in site order, with the node
 // this CLI runs on (by host name) first.

@@ -24,6 +24,9 @@ import (
 
 const testToken = "s3cret"
 
+// Tests never pick up a real node's token.
+func init() { defaultTokenFile = "/nonexistent/tier0-token" }
+
 // fakeBackend is a small cluster (nodes A B C, arrays a b c) that the
 // management verbs are tested against through the real API server.
 type fakeBackend struct {
@@ -449,6 +452,12 @@ func TestEnvironmentChoosesCluster(t *testing.T) {
 	}
 	if _, err := resolveToken("", "/nonexistent/tok"); err == nil || !strings.Contains(err.Error(), "--token-file") {
 		t.Fatalf("missing token file: %v", err)
+	}
+	t.Setenv("TIER0_TOKEN", "")
+	defaultTokenFile = p
+	defer func() { defaultTokenFile = "/nonexistent/tier0-token" }()
+	if tok, _ := resolveToken("", ""); tok != "from-file" {
+		t.Fatalf("default token file not read: %q", tok)
 	}
 }
 
