@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"tier0/daemon/blockdev"
@@ -116,49 +115,115 @@ func (n *Namespace) rw(p []byte, off int64, write, fua bool) (int, error) {
 		}
 		return len(p), nil
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	firstAt := len(p)
-	for done := 0; done < len(p); done += n.maxIO {
-		end := min(done+n.maxIO, len(p))
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			if err := n.rw1(p[lo:hi], off+int64(lo), write, fua); err != nil {
-				mu.Lock()
-				if lo < firstAt {
-					first, firstAt = err, lo
-				}
-				mu.Unlock()
-			}
-		}(done, end)
+	return n.rwBatch(p, off, write, fua)
+}
+
+// rwBatch issues the maxIO-sized pieces of a large request back to back on
+// one I/O queue (no goroutine per piece) and then collects them. Pieces that
+// fail on the transport are redone one by one through rw1, which applies the
+// reconnect policy.
+func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
+	a, err := n.assoc()
+	if err != nil {
+		return 0, err
 	}
-	wg.Wait()
+	q, err := a.ioQueue(n.c)
+	if err != nil {
+		return 0, err
+	}
+	type piece struct {
+		lo, hi  int
+		cid     uint16
+		started bool
+	}
+	pieces := make([]piece, 0, (len(p)+n.maxIO-1)/n.maxIO)
+	for lo := 0; lo < len(p); lo += n.maxIO {
+		pieces = append(pieces, piece{lo: lo, hi: min(lo+n.maxIO, len(p))})
+	}
+	first, firstAt := error(nil), len(p)
+	setErr := func(lo int, err error) {
+		if lo < firstAt {
+			first, firstAt = err, lo
+		}
+	}
+	// a window of at most half the queue depth in flight: slots are freed
+	// only by wait, so starting more than the queue holds would deadlock
+	window := max(1, len(q.slots)/2)
+	var redo []piece
+	started := 0
+	for waited := 0; waited < len(pieces); waited++ {
+		for started < len(pieces) && started-waited < window {
+			pc := &pieces[started]
+			c := n.rwCmd(p[pc.lo:pc.hi], off+int64(pc.lo), write, fua)
+			last := started == len(pieces)-1 || started-waited == window-1
+			if cid, err := q.start(&c, last); err == nil {
+				pc.cid, pc.started = cid, true
+			}
+			started++
+		}
+		pc := pieces[waited]
+		if !pc.started {
+			redo = append(redo, pc)
+			continue
+		}
+		cqe, err := q.wait(pc.cid)
+		if err != nil {
+			redo = append(redo, pc)
+			continue
+		}
+		if err := n.status(opName(write), off+int64(pc.lo), cqe); err != nil {
+			setErr(pc.lo, err)
+		}
+	}
+	if len(redo) > 0 {
+		a.fail(fmt.Errorf("queue %d failed during a batched request", q.qid))
+		for _, pc := range redo {
+			if err := n.rw1(p[pc.lo:pc.hi], off+int64(pc.lo), write, fua); err != nil {
+				setErr(pc.lo, err)
+			}
+		}
+	}
 	if first != nil {
 		return firstAt, first
 	}
 	return len(p), nil
 }
 
-func (n *Namespace) rw1(p []byte, off int64, write, fua bool) error {
+// assoc returns the controller's association under the namespace's policy.
+func (n *Namespace) assoc() (*assoc, error) {
+	if n.flags&ioFailFast != 0 {
+		return n.c.now()
+	}
+	return n.c.current(context.Background())
+}
+
+func opName(write bool) string {
+	if write {
+		return "write"
+	}
+	return "read"
+}
+
+func (n *Namespace) rwCmd(p []byte, off int64, write, fua bool) cmd {
 	sqe := nvme.SQE{Opcode: nvme.CmdRead, NSID: n.nsid}
 	sqe.SetRW(uint64(off/int64(n.bs)), uint32(len(p)/n.bs))
-	op := "read"
-	var w, r []byte
-	if write {
-		sqe.Opcode, op, w = nvme.CmdWrite, "write", p
-		if fua {
-			sqe.CDW12 |= nvme.CmdWriteFUABit
-		}
-	} else {
-		r = p
+	if !write {
+		return cmd{sqe: sqe, rdata: p}
 	}
-	cqe, err := n.c.io(op, sqe, w, r, n.flags)
+	sqe.Opcode = nvme.CmdWrite
+	if fua {
+		sqe.CDW12 |= nvme.CmdWriteFUABit
+	}
+	return cmd{sqe: sqe, wdata: p}
+}
+
+func (n *Namespace) rw1(p []byte, off int64, write, fua bool) error {
+	c := n.rwCmd(p, off, write, fua)
+	cqe, err := n.c.io(opName(write), c.sqe, c.wdata, c.rdata, n.flags)
 	if err != nil {
 		return err
 	}
-	return n.status(op, off, cqe)
+	return n.status(opName(write), off, cqe)
 }
 
 // ReadAt reads len(p) bytes at off.

@@ -191,11 +191,31 @@ type cmd struct {
 // error wrapping errConnLost when the connection failed first. A non-zero
 // NVMe status is not an error here; callers interpret cqe.Status.
 func (q *queue) submit(c *cmd) (nvme.CQE, error) {
+	cid, err := q.start(c, true)
+	if err != nil {
+		return nvme.CQE{}, err
+	}
+	return q.wait(cid)
+}
+
+// start sends c and returns its CID; wait collects the completion. With
+// flush false the command may stay in the write buffer until a later start
+// with flush true (a caller issuing a batch flushes with the last one).
+func (q *queue) start(c *cmd, flush bool) (uint16, error) {
 	var cid uint16
 	select {
 	case cid = <-q.free:
-	case <-q.dead:
-		return nvme.CQE{}, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, q.deadErr)
+	default:
+		// the queue is full: push out what is buffered (our own unflushed
+		// batch included) before blocking for a free slot
+		q.wmu.Lock()
+		q.bw.Flush()
+		q.wmu.Unlock()
+		select {
+		case cid = <-q.free:
+		case <-q.dead:
+			return 0, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, q.deadErr)
+		}
 	}
 	s := &q.slots[cid]
 	s.rbuf, s.wbuf, s.err, s.rcvd = c.rdata, c.wdata, nil, 0
@@ -223,7 +243,7 @@ func (q *queue) submit(c *cmd) (nvme.CQE, error) {
 	if q.isDead() {
 		q.rmu.Unlock()
 		q.free <- cid
-		return nvme.CQE{}, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, q.deadErr)
+		return 0, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, q.deadErr)
 	}
 	s.active = true
 	if !c.noTimeout {
@@ -240,13 +260,20 @@ func (q *queue) submit(c *cmd) (nvme.CQE, error) {
 			_, err = q.bw.Write(s.dd[:])
 		}
 	}
-	if q.pending.Add(-1) == 0 && err == nil {
+	if q.pending.Add(-1) == 0 && err == nil && flush {
 		err = q.bw.Flush()
 	}
 	q.wmu.Unlock()
 	if err != nil {
 		q.fail(fmt.Errorf("writing to the socket: %w", err))
 	}
+	return cid, nil
+}
+
+// wait waits for the completion of a command started with start and frees
+// its CID.
+func (q *queue) wait(cid uint16) (nvme.CQE, error) {
+	s := &q.slots[cid]
 	<-s.done
 	cqe, err := s.cqe, s.err
 	s.rbuf, s.wbuf = nil, nil
