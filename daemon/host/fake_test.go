@@ -34,6 +34,7 @@ type fakeTarget struct {
 	ana     nvme.ANAState
 	aers    []func(uint32) // outstanding AERs (complete with dw0)
 	stall   atomic.Bool    // swallow I/O commands
+	dropAt  atomic.Int64   // when > 0: drop every connection when cmds reaches it
 	refuse  atomic.Bool    // refuse new connections
 	cmds    atomic.Int64
 	writes  atomic.Int64 // socket writes of the fake
@@ -164,7 +165,10 @@ func (f *fakeTarget) serve(c net.Conn) {
 	}
 	var handleIO func(sqe nvme.SQE, data []byte)
 	handleIO = func(sqe nvme.SQE, data []byte) {
-		f.cmds.Add(1)
+		if n := f.cmds.Add(1); n == f.dropAt.Load() {
+			f.dropAll()
+			return
+		}
 		bs := uint64(f.bs)
 		switch sqe.Opcode {
 		case nvme.CmdRead, nvme.CmdWrite, nvme.CmdWriteZeroes:
