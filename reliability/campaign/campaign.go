@@ -546,11 +546,19 @@ func (e *env) freezeOwner(ctx context.Context, in *Injection) error {
 	// owner may still hold writes for.
 	e.settle(ctx, 2*time.Second, 200)
 	froze := time.Since(e.start) - in.At
+	logAt := e.c.LogSize(victim)
 	if err := e.c.Thaw(victim); err != nil {
 		return err
 	}
-	in.Detail = fmt.Sprintf("SIGSTOP %s (owner of %s) for %.1fs; %s took over; SIGCONT", victim, array, froze.Seconds(), to)
 	e.say("%s: SIGCONT %s after %.1fs frozen: its late writes must be refused", FreezeOwner, victim, froze.Seconds())
+	// Give it a moment to wake up, then read what it did: self-fence on
+	// the lost lease, and backend I/O refused by the new reservations.
+	time.Sleep(2 * time.Second)
+	refused := e.c.CountLog(victim, logAt, "reservation conflict")
+	selfFenced := e.c.CountLog(victim, logAt, "self-fencing") > 0
+	in.Detail = fmt.Sprintf("SIGSTOP %s (owner of %s) for %.1fs; %s took over; SIGCONT: self-fenced %v, %d late backend I/Os refused by reservation conflict",
+		victim, array, froze.Seconds(), to, selfFenced, refused)
+	e.say("%s: %s self-fenced %v after SIGCONT; %d late backend I/Os refused by reservation conflict", FreezeOwner, victim, selfFenced, refused)
 	return nil
 }
 

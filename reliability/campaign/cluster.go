@@ -471,6 +471,31 @@ func (c *Cluster) OpenArray(array string, hold time.Duration, log *slog.Logger) 
 
 type apiArray = api.Array
 
+// LogSize is the current size of node's log file (0 if none).
+func (c *Cluster) LogSize(node string) int64 {
+	st, err := os.Stat(filepath.Join(c.Workdir, node+".log"))
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// CountLog counts the lines of node's log after byte offset from that
+// contain substr.
+func (c *Cluster) CountLog(node string, from int64, substr string) int {
+	b, err := os.ReadFile(filepath.Join(c.Workdir, node+".log"))
+	if err != nil || from > int64(len(b)) {
+		return 0
+	}
+	n := 0
+	for _, l := range strings.Split(string(b[from:]), "\n") {
+		if strings.Contains(l, substr) {
+			n++
+		}
+	}
+	return n
+}
+
 // Owners maps each array to its owner now.
 func Owners(as []api.Array) map[string]string {
 	m := map[string]string{}
