@@ -1018,3 +1018,75 @@ func TestWithPort(t *testing.T) {
 		}
 	}
 }
+
+func TestControllerRegistersAndFeatures(t *testing.T) {
+	_, addr := newTarget(t, Config{StateDir: t.TempDir()}, nil)
+	a := dialRaw(t, addr, 0)
+	if c := a.connect(testSubNQN, testHostNQN, testHostID, 0, nvme.CntlIDDynamic, 31, 0); !c.Status.OK() {
+		t.Fatal(c.Status)
+	}
+	// 128-byte SQEs are not supported: CSTS.CFS, not RDY.
+	a.propSet(nvme.PropCC, 1|7<<16|4<<20)
+	if csts := a.propGet(nvme.PropCSTS, false).DW0(); csts&nvme.CSTSFatal == 0 || csts&nvme.CSTSReady != 0 {
+		t.Fatalf("CSTS %#x after CC with IOSQES 7", csts)
+	}
+	a.propSet(nvme.PropCC, 0)
+	a.enable()
+	if c := a.propSet(nvme.PropVS, 1); c.Status != nvme.StatusInvalidField|nvme.StatusDNR {
+		t.Fatalf("property set VS: %v", c.Status)
+	}
+	// Shutdown notification completes at once.
+	a.propSet(nvme.PropCC, 1|6<<16|4<<20|1<<14)
+	if csts := a.propGet(nvme.PropCSTS, false).DW0(); csts&(3<<2) != nvme.CSTSShutdownDone {
+		t.Fatalf("CSTS %#x after CC.SHN", csts)
+	}
+	a.propSet(nvme.PropCC, 0)
+	a.enable()
+	r := a.do(nvme.SQE{Opcode: nvme.AdminGetFeatures, CDW10: uint32(nvme.FeatHostID), CDW11: 1, DPTR: nvme.SGL{Length: 16}}, nil, false)
+	if !r.cqe.Status.OK() || !bytes.Equal(r.data, testHostID[:]) {
+		t.Fatalf("host identifier feature: %v % x", r.cqe.Status, r.data)
+	}
+	if c := a.setFeature(nvme.FeatKeepAlive, 15000); !c.Status.OK() {
+		t.Fatal(c.Status)
+	}
+	if c := a.do(nvme.SQE{Opcode: nvme.AdminGetFeatures, CDW10: uint32(nvme.FeatKeepAlive)}, nil, false).cqe; c.DW0() != 15000 {
+		t.Fatalf("KATO read back %d", c.DW0())
+	}
+	if c := a.do(nvme.SQE{Opcode: nvme.AdminGetFeatures, CDW10: uint32(nvme.FeatResvPersistence)}, nil, false).cqe; c.DW0() != 1 {
+		t.Fatalf("PTPL with a state dir: %d", c.DW0())
+	}
+	if c := a.do(nvme.SQE{Opcode: nvme.AdminAbort}, nil, false).cqe; !c.Status.OK() || c.DW0()&1 != 1 {
+		t.Fatalf("abort: %v %#x", c.Status, c.DW0())
+	}
+	if c := a.setFeature(0xEE, 0); c.Status != nvme.StatusInvalidField|nvme.StatusDNR {
+		t.Fatalf("unknown feature: %v", c.Status)
+	}
+	// More than four outstanding AERs.
+	for i := 0; i < maxAERs; i++ {
+		a.cid++
+		s := nvme.SQE{Opcode: nvme.AdminAsyncEvent, CID: a.cid, Flags: nvme.SQEFlagSGLMeta, DPTR: nvme.SGL{Type: nvme.SGLTypeTransport}}
+		a.sendCapsule(&s, nil)
+	}
+	if c := a.do(nvme.SQE{Opcode: nvme.AdminAsyncEvent}, nil, false).cqe; c.Status != nvme.StatusAsyncLimit|nvme.StatusDNR {
+		t.Fatalf("fifth AER: %v", c.Status)
+	}
+}
+
+func TestRateLimiter(t *testing.T) {
+	r := newRateLimiter(time.Hour)
+	if ok, _ := r.allow("a"); !ok {
+		t.Fatal("first line suppressed")
+	}
+	for i := 0; i < 3; i++ {
+		if ok, _ := r.allow("a"); ok {
+			t.Fatal("repeat within the interval let through")
+		}
+	}
+	if ok, _ := r.allow("b"); !ok {
+		t.Fatal("another key suppressed")
+	}
+	r.last["a"] = time.Now().Add(-2 * time.Hour)
+	if ok, n := r.allow("a"); !ok || n != 3 {
+		t.Fatalf("after the interval: ok %v suppressed %d, want true 3", ok, n)
+	}
+}
