@@ -298,7 +298,7 @@ func TestModel(t *testing.T) {
 		steps int
 		msize int64
 	}
-	ladder := []rung{{40, 512 << 10}, {120, 1 << 20}}
+	ladder := []rung{{40, 512 << 10}, {100, 768 << 10}}
 	if *longModel {
 		ladder = append(ladder, rung{1000, 2 << 20}, rung{5000, 4 << 20})
 	}

@@ -15,7 +15,7 @@ import (
 func writeHoleCase(t *testing.T, level Level, n int, logOn bool, landed func(role int) bool) string {
 	t.Helper()
 	rng := rand.New(rand.NewSource(42))
-	ms := newMems(n, 512<<10)
+	ms := newMems(n, 384<<10)
 	cfg := testCfg(level, nil)
 	cfg.DisableLog = !logOn
 	a, err := Create(devs(ms), cfg)
@@ -23,7 +23,7 @@ func writeHoleCase(t *testing.T, level Level, n int, logOn bool, landed func(rol
 		t.Fatal(err)
 	}
 	g := a.Geometry()
-	model := randBuf(rng, int(a.Size()))
+	model := randBuf(rng, int(8*g.StripeSize))
 	mustWrite(t, a, 0, model)
 	if err := a.Flush(); err != nil {
 		t.Fatal(err)
