@@ -12,10 +12,10 @@ import (
 // Names of the checks, in the order the validation makes them. Every run
 // reports every one of them: pass, fail, or not-run with the reason.
 const (
-	CheckClusterUp      = "cluster up"
 	CheckRaw            = "raw drives bench"
-	CheckBlock          = "block layer bench"
+	CheckClusterUp      = "cluster up"
 	CheckFill           = "fill arrays with verify blocks"
+	CheckBlock          = "block layer bench"
 	CheckFrontend       = "frontend bench (healthy)"
 	CheckMoved          = "failover: owned arrays moved complete"
 	CheckDegraded       = "failover: other arrays degraded"
@@ -35,7 +35,7 @@ const (
 
 // AllChecks lists the check names in order.
 var AllChecks = []string{
-	CheckClusterUp, CheckRaw, CheckBlock, CheckFill, CheckFrontend,
+	CheckRaw, CheckClusterUp, CheckFill, CheckBlock, CheckFrontend,
 	CheckMoved, CheckDegraded, CheckIOContinued, CheckAckVerified, CheckFailoverTime,
 	CheckDegradedBench, CheckRestart, CheckResync, CheckFailback, CheckRedundancy,
 	CheckFinalVerify, CheckSlurm, CheckGDS,

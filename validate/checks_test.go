@@ -70,10 +70,10 @@ func TestCompleteOrdersAndFillsNotRun(t *testing.T) {
 			t.Fatalf("check %d is %q, want %q", i, r.Checks[i].Name, name)
 		}
 	}
-	if c := r.Checks[0]; c.Status != bench.Pass || c.Reason != "up" {
+	if c := r.Checks[1]; c.Status != bench.Pass || c.Reason != "up" {
 		t.Errorf("recorded check changed: %+v", c)
 	}
-	if c := r.Checks[1]; c.Status != bench.NotRun || c.Reason != "not reached: cluster down" {
+	if c := r.Checks[0]; c.Status != bench.NotRun || c.Reason != "not reached: cluster down" {
 		t.Errorf("missing check: %+v, want not-run with the reason", c)
 	}
 	if c := r.Checks[len(r.Checks)-1]; c.Name != "extra" || c.Status != bench.Fail {
@@ -282,5 +282,45 @@ func TestLocalClusterStopsWhatItStarted(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(work, pidFile)); !os.IsNotExist(err) {
 		t.Errorf("PID file left after stopAll (%v)", err)
+	}
+}
+
+func TestRunKeepsFilesWhenPortsAreBusy(t *testing.T) {
+	work := filepath.Join(t.TempDir(), "work")
+	cfg := loadTestSite(t, work)
+	if err := checkPorts(cfg); err != nil {
+		t.Skipf("test site's ports are not free on this host: %v", err)
+	}
+	n := &cfg.Nodes[0]
+	l, err := net.Listen("tcp", n.ListenAddr(n.Frontend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// A cluster holding the ports may be running on these files.
+	drive := absIn(n.Drives[0].Path)
+	if err := os.MkdirAll(filepath.Dir(drive), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(drive, []byte("in use"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	rep, err := Run(t.Context(), Options{Site: "testdata/site-5node.yaml", Local: true, WorkDir: work, Tier0d: exe, OutDir: t.TempDir()})
+	if !errors.Is(err, ErrSetup) || !errors.Is(err, ErrPortBusy) || rep != nil {
+		t.Fatalf("Run = %v, %v; want ErrSetup and ErrPortBusy, no report", rep, err)
+	}
+	if ExitCode(nil, err) != ExitSetup {
+		t.Errorf("exit code %d, want %d", ExitCode(nil, err), ExitSetup)
+	}
+	if _, err := os.Stat(drive); err != nil {
+		t.Errorf("drive file of a possibly running cluster removed: %v", err)
+	}
+}
+
+func TestRunRefusesToOverwriteAClusterWithoutConsent(t *testing.T) {
+	_, err := Run(t.Context(), Options{Site: "testdata/site-5node.yaml"})
+	if !errors.Is(err, ErrSetup) || !strings.Contains(err.Error(), "--allow-writes") {
+		t.Fatalf("Run without --local and --allow-writes = %v; want ErrSetup naming --allow-writes", err)
 	}
 }

@@ -184,21 +184,33 @@ func ports(cfg *config.Config) []listenPort {
 // checkPorts tries to listen on every port; the error names each busy one
 // and what to do.
 func checkPorts(cfg *config.Config) error {
-	var busy []string
-	for _, p := range ports(cfg) {
+	var busy, more []string
+	all := ports(cfg)
+	for _, p := range all {
 		l, err := net.Listen("tcp", p.Addr)
 		if err != nil {
 			_, port, _ := net.SplitHostPort(p.Addr)
-			busy = append(busy, fmt.Sprintf("%s (node %s %s): %v; find the holder with `ss -ltnp 'sport = :%s'` and stop it, or change the port in %s",
-				p.Addr, p.Node, p.What, errors.Unwrap(err), port, cfg.File))
+			if len(busy) < 3 {
+				busy = append(busy, fmt.Sprintf("%s (node %s %s): %v; find the holder with `ss -ltnp 'sport = :%s'` and stop it, or change the port in %s",
+					p.Addr, p.Node, p.What, errors.Unwrap(err), port, cfg.File))
+			} else {
+				more = append(more, port)
+			}
 			continue
 		}
 		l.Close()
 	}
-	if len(busy) > 0 {
-		return fmt.Errorf("%w: %s", ErrPortBusy, strings.Join(busy, "; "))
+	if len(busy) == 0 {
+		return nil
 	}
-	return nil
+	msg := strings.Join(busy, "; ")
+	if len(more) > 0 {
+		msg += fmt.Sprintf("; and %d more: %s", len(more), strings.Join(more, ", "))
+	}
+	if len(busy)+len(more) == len(all) {
+		msg += ". Every port of the site is taken: a cluster of this site seems to be running already (an earlier run with --keep, or one started by hand); stop its tier0d processes, or validate it without --local"
+	}
+	return fmt.Errorf("%w: %s", ErrPortBusy, msg)
 }
 
 // start launches node's tier0d, its output appended to logs/NODE.log.

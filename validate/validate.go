@@ -295,11 +295,13 @@ func (r *runner) setup() error {
 	if pids := stopStale(r.work); len(pids) > 0 {
 		fmt.Fprintf(o.Out, "stopped %d tier0d process(es) left by an earlier run: %v\n", len(pids), pids)
 	}
-	if err := cleanWork(cfg, r.work); err != nil {
-		return fmt.Errorf("%w: removing the files of an earlier run in %s: %v", ErrSetup, r.work, err)
-	}
+	// Ports before files: a cluster that holds the ports may be running on
+	// these very files.
 	if err := checkPorts(cfg); err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	if err := cleanWork(cfg, r.work); err != nil {
+		return fmt.Errorf("%w: removing the files of an earlier run in %s: %v", ErrSetup, r.work, err)
 	}
 	return os.MkdirAll(r.work, 0o755)
 }
@@ -414,8 +416,11 @@ func (r *runner) steps() error {
 		if err := r.startCluster(); err != nil {
 			return r.stop(err)
 		}
-	} else if err := r.clusterUp(); err != nil {
-		return r.stop(err)
+	} else {
+		r.check(CheckRaw, bench.NotRun, "needs --local: in a running cluster the drives belong to tier0d, and writing them directly would destroy the arrays")
+		if err := r.clusterUp(); err != nil {
+			return r.stop(err)
+		}
 	}
 	if err := r.connectFrontends(); err != nil {
 		r.check(CheckFill, bench.Fail, err.Error())
