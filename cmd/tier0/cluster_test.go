@@ -69,6 +69,7 @@ func newFakeBackend() *fakeBackend {
 			},
 		},
 		events: []api.Event{
+			{Time: testTime.Add(-2 * time.Minute), Kind: "assign", Array: "b", To: "B", Epoch: 1, Revision: 9},
 			{Time: testTime.Add(-time.Minute), Kind: "node-lost", Node: "B", Revision: 10},
 			{Time: testTime.Add(-50 * time.Second), Kind: "failover", Array: "b", From: "B", To: "A", Epoch: 7, Duration: 2.5, Revision: 11},
 			{Time: testTime.Add(-40 * time.Second), Kind: "rebuild-start", Array: "b", Node: "A", Message: "member A1", Revision: 12},

@@ -78,12 +78,12 @@ func fetchEvents(ctx context.Context, c *clusterConn, after int64) ([]api.Event,
 
 func eventsTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// eventMove: "B->A" for a move, else "".
+// eventMove: "B->A" for a move, "->A" for a first assignment, else "".
 func eventMove(e api.Event) string {
 	if e.From == "" && e.To == "" {
 		return ""
 	}
-	return orDash(e.From) + "->" + orDash(e.To)
+	return e.From + "->" + e.To
 }
 
 func eventFields(e api.Event) []any {

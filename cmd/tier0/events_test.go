@@ -17,6 +17,7 @@ func TestEventsTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	mustContain(t, out, "REV", "TIME", "KIND", "MOVE", "EPOCH", "TOOK", "MESSAGE",
+		"│ 9   │ 2026-11-29T17:58:00Z │ assign        │ b     │ -    │ ->B  │ 1     │ -      │",
 		"│ 10  │ 2026-11-29T17:59:00Z │ node-lost     │ -     │ B    │ -    │ -     │ -      │",
 		"│ 11  │ 2026-11-29T17:59:10Z │ failover      │ b     │ -    │ B->A │ 7     │ 2.500s │",
 		"│ 12  │ 2026-11-29T17:59:20Z │ rebuild-start │ b     │ A    │ -    │ -     │ -      │ member A1 │")
@@ -26,7 +27,7 @@ func TestEventsTable(t *testing.T) {
 	}
 	out, _, _ = runCLI(t, nil, "events", "--api", url, "--json", "--after", "10")
 	var evs []api.Event
-	if err := json.Unmarshal([]byte(out), &evs); err != nil || len(evs) != 2 || evs[0].Revision != 11 || evs[0].Duration != 2.5 {
+	if err := json.Unmarshal([]byte(out), &evs); err != nil || len(evs) != 2 || evs[0].Revision != 11 || evs[0].Duration != 2.5 || evs[0].To != "A" {
 		t.Fatalf("%v: %s", err, out)
 	}
 	out, _, _ = runCLI(t, nil, "events", "--api", url, "--json", "--after", "99")
@@ -86,12 +87,12 @@ func TestEventsFollowJSONLines(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("want 3 JSON lines, got:\n%s", out)
+	if len(lines) != 4 {
+		t.Fatalf("want 4 JSON lines, got:\n%s", out)
 	}
 	for i, l := range lines {
 		var e api.Event
-		if err := json.Unmarshal([]byte(l), &e); err != nil || e.Revision != int64(10+i) {
+		if err := json.Unmarshal([]byte(l), &e); err != nil || e.Revision != int64(9+i) {
 			t.Fatalf("line %d %q: %v", i, l, err)
 		}
 	}
