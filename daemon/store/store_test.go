@@ -99,7 +99,7 @@ func TestLeaseExpiryDetected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.Register(ctx, NodeInfo{Node: "B"}, time.Second, 0)
+	b, err := s.Register(ctx, NodeInfo{Node: "B"}, 3*time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,12 +150,12 @@ func TestSelfFenceBeforeStoreExpiry(t *testing.T) {
 	st, _, _ := openCluster(t, 1)
 	s := st[0]
 	ctx := ctxT(t)
-	l, err := s.Register(ctx, NodeInfo{Node: "A"}, 2*time.Second, 300*time.Millisecond)
+	l, err := s.Register(ctx, NodeInfo{Node: "A"}, 3*time.Second, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Abandon()
-	time.Sleep(800 * time.Millisecond) // at least one renewal
+	time.Sleep(1200 * time.Millisecond) // at least one renewal
 	deadline := l.Deadline()
 	s.closeMember() // the store becomes unreachable
 	select {

@@ -28,7 +28,7 @@ func TestCoordinatorWiring(t *testing.T) {
 	nodes := []string{"A", "B", "C", "D", "E"}
 	leases := map[string]*Liveness{}
 	for _, n := range nodes {
-		l, err := s.Register(ctx, NodeInfo{Node: n}, time.Second, 0)
+		l, err := s.Register(ctx, NodeInfo{Node: n}, 2*time.Second, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,9 +226,9 @@ func TestCoordinatorWiring(t *testing.T) {
 	delete(serving, "b")
 	mu.Unlock()
 	waitOwner("b", "A", 2)
-	t.Logf("b served by A %s after B's daemon died (lease TTL 1s)", time.Since(start).Round(time.Millisecond))
+	t.Logf("b served by A %s after B's daemon died (lease TTL 2s)", time.Since(start).Round(time.Millisecond))
 
-	l, err := s.Register(ctx, NodeInfo{Node: "B"}, time.Second, 0)
+	l, err := s.Register(ctx, NodeInfo{Node: "B"}, 2*time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
