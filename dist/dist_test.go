@@ -93,7 +93,7 @@ func TestInstallScript(t *testing.T) {
 		"opt/tier0/bin/tier0": 0o755, "opt/tier0/bin/tier0d": 0o755,
 		"etc/systemd/system/tier0d.service": 0o644, "etc/default/tier0d": 0o644,
 		"etc/tier0/site.yaml.example": 0o644, "etc/tier0/token": 0o600,
-		"opt/tier0/share/doc/tier0/CONFIG.md": 0o644,
+		"opt/tier0/share/doc/tier0/CONFIG.md": 0o644, "opt/tier0/share/doc/tier0/OPERATIONS.md": 0o644,
 	} {
 		st, err := os.Stat(filepath.Join(root, path))
 		if err != nil {
