@@ -341,7 +341,8 @@ func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 				continue
 			}
 			L := int64(h.RowHi) - int64(h.RowLo)
-			if L <= 0 || int64(h.RowHi) > a.geo.ChunkSize || int64(h.Stripe) >= a.geo.Stripes || h.NMissing > 2 ||
+			if L <= 0 || int64(h.RowHi) > a.geo.ChunkSize || int64(h.Stripe) >= a.geo.Stripes || h.NMissing > 2 || h.Parity > 1 ||
+				int64(h.PayloadLen) != L*(int64(h.NMissing)+int64(h.Flags&entHasPartial)/entHasPartial) ||
 				int64(h.PayloadLen) > j.slotSize-metaBlock {
 				continue
 			}

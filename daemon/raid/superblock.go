@@ -79,7 +79,7 @@ func (sb *superblock) marshal() []byte {
 func unmarshalSB(p []byte) (*superblock, error) {
 	sb := new(superblock)
 	n := binary.Size(sb)
-	if string(p[:8]) != sbMagic {
+	if len(p) < n || string(p[:8]) != sbMagic {
 		return nil, ErrNoSuperblock
 	}
 	if crc32.Checksum(p[:n-4], castagnoli) != binary.LittleEndian.Uint32(p[n-4:n]) {
@@ -90,6 +90,16 @@ func unmarshalSB(p []byte) (*superblock, error) {
 	}
 	if sb.Version != sbVersion {
 		return nil, fmt.Errorf("superblock version %d, this build reads %d: %w", sb.Version, sbVersion, ErrNoSuperblock)
+	}
+	if sb.Members < 1 || sb.Members > maxMembers || sb.Role >= sb.Members || sb.ChunkSize < metaBlock ||
+		sb.ChunkSize&(sb.ChunkSize-1) != 0 || sb.BlockSize < 512 || sb.BlockSize > metaBlock ||
+		sb.RegionStripes < 1 || sb.DataOffset%sb.ChunkSize != 0 {
+		return nil, fmt.Errorf("superblock fields out of range (members %d, role %d, chunk %d, block %d): %w", sb.Members, sb.Role, sb.ChunkSize, sb.BlockSize, ErrNoSuperblock)
+	}
+	switch Level(sb.Level) {
+	case RAID0, RAID1, RAID5, RAID6:
+	default:
+		return nil, fmt.Errorf("superblock level %d unknown: %w", sb.Level, ErrNoSuperblock)
 	}
 	return sb, nil
 }
