@@ -30,7 +30,7 @@ type sim struct {
 	failFence   map[string]bool
 	backlog     map[string][]Action // intents queued for a cut-off node
 	store       map[string]claim    // array -> the store's ownership record
-	repairs     map[string]uint64 // "array/member" -> epoch of the latest Resync/Rebuild
+	repairs     map[string]uint64   // "array/member" -> epoch of the latest Resync/Rebuild
 	rack        map[string]string
 	violations  []string
 	quiet       bool

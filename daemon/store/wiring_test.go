@@ -43,7 +43,7 @@ func TestCoordinatorWiring(t *testing.T) {
 	// Performers: one loop per node over its intent queue.
 	var mu sync.Mutex
 	serving := map[string]string{} // array -> node serving it optimized
-	var snap []cluster.ArrayView    // the coordinator's view, after each step
+	var snap []cluster.ArrayView   // the coordinator's view, after each step
 	perform := func(node string) {
 		for msg := range s.WatchQueue(ctx, "intents."+node, 1) {
 			a, err := cluster.UnmarshalAction(msg.Payload)
