@@ -197,7 +197,11 @@ type NodeEvent struct {
 }
 
 // WatchNodes reports liveness changes from revision rev onward (0: from
-// now) until ctx ends; the channel is then closed.
+// now).
+//
+// The channel closes when ctx ends or when the watch breaks (the member
+// lost its leader, or rev was compacted away); the caller then re-reads
+// the state and watches again from the last revision it handled + 1.
 func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 	out := make(chan NodeEvent)
 	prefix := s.key("nodes") + "/"

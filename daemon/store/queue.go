@@ -87,6 +87,10 @@ func (s *Store) Pending(ctx context.Context, queue string) ([]Message, error) {
 }
 
 // WatchQueue reports entries added to queue from revision rev (0: now).
+//
+// The channel closes when ctx ends or when the watch breaks (the member
+// lost its leader, or rev was compacted away); the caller then re-reads
+// the state and watches again from the last revision it handled + 1.
 func (s *Store) WatchQueue(ctx context.Context, queue string, rev int64) <-chan Message {
 	out := make(chan Message)
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}

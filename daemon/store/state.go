@@ -101,6 +101,10 @@ func (s *Store) ClaimOwnership(ctx context.Context, array, node string, epoch ui
 }
 
 // WatchOwnership reports every ownership change from revision rev (0: now).
+//
+// The channel closes when ctx ends or when the watch breaks (the member
+// lost its leader, or rev was compacted away); the caller then re-reads
+// the state and watches again from the last revision it handled + 1.
 func (s *Store) WatchOwnership(ctx context.Context, rev int64) <-chan Ownership {
 	out := make(chan Ownership)
 	prefix := s.key("owners") + "/"
@@ -216,7 +220,11 @@ type Change struct {
 }
 
 // Watch reports changes under <section>/<kind>/ (every kind when kind is
-// empty) from revision rev (0: now) until ctx ends.
+// empty) from revision rev (0: now).
+//
+// The channel closes when ctx ends or when the watch breaks (the member
+// lost its leader, or rev was compacted away); the caller then re-reads
+// the state and watches again from the last revision it handled + 1.
 func (s *Store) Watch(ctx context.Context, sec Section, kind string, rev int64) <-chan Change {
 	out := make(chan Change)
 	base := s.key(string(sec)) + "/"
