@@ -249,6 +249,8 @@ func (a *Array) readSlow(sps []span) error {
 func (a *Array) readSpanLocked(sp span) error {
 	C := a.geo.ChunkSize
 	nd, np := a.geo.DataDisks, a.geo.ParityDisks
+	var sc scratch
+	defer sc.release()
 	if a.geo.Level == RAID0 {
 		np = 0
 	}
@@ -286,7 +288,7 @@ func (a *Array) readSpanLocked(sp span) error {
 		for i := 0; i < nd; i++ {
 			m := a.member(a.dataRole(sp.s, i))
 			if a.inSync(m, sp.s) {
-				shards[i] = blockdev.AlignedBuffer(int(L))
+				shards[i] = sc.get(L)
 				ops = append(ops, mop{m: m, buf: shards[i], off: a.moff(sp.s, rlo)})
 				have++
 			}
@@ -294,7 +296,7 @@ func (a *Array) readSpanLocked(sp span) error {
 		for k := 0; k < np; k++ {
 			m := a.member(a.parityRole(sp.s, k))
 			if a.inSync(m, sp.s) && have < nd {
-				shards[nd+k] = blockdev.AlignedBuffer(int(L))
+				shards[nd+k] = sc.get(L)
 				ops = append(ops, mop{m: m, buf: shards[nd+k], off: a.moff(sp.s, rlo)})
 				have++
 			}
@@ -476,6 +478,8 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 	C := a.geo.ChunkSize
 	nd, np := a.geo.DataDisks, a.geo.ParityDisks
 	s := sp.s
+	var sc scratch
+	defer sc.release()
 	type cover struct{ a, b int64 }
 	cov := make([]cover, nd)
 	var mask uint64
@@ -535,7 +539,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 			data[i] = newBytes(i)
 		}
 		for k := range parity {
-			parity[k] = blockdev.AlignedBuffer(int(C))
+			parity[k] = sc.get(C)
 		}
 		a.coder.encode(data, parity)
 		if a.logOn && (a.jl.needsMarker(s) || fragile(dm)) {
@@ -566,12 +570,12 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 		if rmwReads < rcwReads {
 			old := make([][]byte, np)
 			for k := range old {
-				old[k] = blockdev.AlignedBuffer(int(L))
+				old[k] = sc.get(L)
 				reads = append(reads, mop{m: pm[k], buf: old[k], off: a.moff(s, rlo)})
 			}
 			for i := 0; i < nd; i++ {
 				if mask&(1<<i) != 0 {
-					cols[i] = blockdev.AlignedBuffer(int(L))
+					cols[i] = sc.get(L)
 					reads = append(reads, mop{m: dm[i], buf: cols[i], off: a.moff(s, rlo)})
 				}
 			}
@@ -589,7 +593,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 		} else {
 			for i := 0; i < nd; i++ {
 				if mask&(1<<i) == 0 || !full(i) {
-					cols[i] = blockdev.AlignedBuffer(int(L))
+					cols[i] = sc.get(L)
 					reads = append(reads, mop{m: dm[i], buf: cols[i], off: a.moff(s, rlo)})
 				}
 			}
@@ -597,7 +601,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 				return retryOn(err)
 			}
 			for k := range partial {
-				partial[k] = make([]byte, L)
+				partial[k] = sc.zero(L)
 				for i := 0; i < nd; i++ {
 					if mask&(1<<i) == 0 {
 						a.coder.mulXor(k, i, cols[i], partial[k])
@@ -617,7 +621,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 			}
 		}
 		for k := range parity {
-			parity[k] = blockdev.AlignedBuffer(int(L))
+			parity[k] = sc.get(L)
 			copy(parity[k], partial[k])
 			for i := 0; i < nd; i++ {
 				if mask&(1<<i) != 0 {
@@ -648,14 +652,14 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 		var reads []mop
 		for i := 0; i < nd; i++ {
 			if din[i] {
-				shards[i] = blockdev.AlignedBuffer(int(L))
+				shards[i] = sc.get(L)
 				reads = append(reads, mop{m: dm[i], buf: shards[i], off: a.moff(s, rlo)})
 			}
 		}
 		if missingData > 0 {
 			for k := 0; k < np; k++ {
 				if pin[k] {
-					shards[nd+k] = blockdev.AlignedBuffer(int(L))
+					shards[nd+k] = sc.get(L)
 					reads = append(reads, mop{m: pm[k], buf: shards[nd+k], off: a.moff(s, rlo)})
 				}
 			}
@@ -670,7 +674,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 		}
 		cols := shards[:nd]
 		for k := range partial {
-			partial[k] = make([]byte, L)
+			partial[k] = sc.zero(L)
 			for i := 0; i < nd; i++ {
 				if mask&(1<<i) == 0 {
 					a.coder.mulXor(k, i, cols[i], partial[k])
@@ -683,7 +687,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 			}
 		}
 		for k := range parity {
-			parity[k] = blockdev.AlignedBuffer(int(L))
+			parity[k] = sc.get(L)
 		}
 		a.coder.encode(cols, parity)
 		if a.logOn && presentParity > 0 {

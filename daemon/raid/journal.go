@@ -229,6 +229,7 @@ func (j *journal) begin(e *logEntry, roles []int) error {
 		}
 		buf := j.encode(e, k, tail)
 		errs[x] = j.a.mwrite(j.a.member(r), buf, j.slotOff(picked[x]), true)
+		putBuf(buf)
 	}
 	var wg sync.WaitGroup
 	for x, r := range roles {
@@ -290,7 +291,8 @@ func (j *journal) encode(e *logEntry, k int, tail uint64) []byte {
 	}
 	h.NMissing = uint32(len(idx))
 	payload += int64(len(idx)) * L
-	buf := blockdev.AlignedBuffer(int(metaBlock + payload))
+	buf := getBuf(metaBlock + payload)
+	clear(buf[:metaBlock])
 	p := buf[metaBlock:]
 	if h.Flags&entHasPartial != 0 {
 		copy(p, e.partial[k])
