@@ -40,13 +40,14 @@ var httpClient = http.Client{Timeout: 3 * time.Second}
 
 // Fault kinds.
 const (
-	KillOwner     = "kill-owner"     // kill -9 an array's owner mid-write, restart it
-	KillRandom    = "kill-random"    // kill -9 a random node, restart it
-	KillTwo       = "kill-two"       // kill -9 two nodes at once (RAID-6 only), restart both
-	FreezeOwner   = "freeze-owner"   // SIGSTOP an owner past its lease, SIGCONT
-	RestartResync = "restart-resync" // kill -9 an owner while it resyncs a returned member
-	KillEtcdPeer  = "kill-etcd-peer" // kill -9 an embedded etcd peer that is not the coordinator
-	FailDrive     = "fail-drive"     // fail a member drive through the API, then replace it
+	KillOwner      = "kill-owner"      // kill -9 an array's owner mid-write, restart it
+	KillRandom     = "kill-random"     // kill -9 a random node, restart it
+	KillTwo        = "kill-two"        // kill -9 two nodes at once (RAID-6 only), restart both
+	FreezeOwner    = "freeze-owner"    // SIGSTOP an owner past its lease, SIGCONT
+	RestartResync  = "restart-resync"  // kill -9 an owner while it resyncs a returned member
+	KillEtcdPeer   = "kill-etcd-peer"  // kill -9 an embedded etcd peer that is not the coordinator
+	FailDrive      = "fail-drive"      // fail a member drive through the API, then replace it
+	PartitionOwner = "partition-owner" // cut an owner's network link (Options.Netns only), heal it
 )
 
 // AllFaults lists the kinds a full campaign runs, in order.
@@ -62,6 +63,10 @@ type Options struct {
 	// Faults to inject in order. Empty: AllFaults, skipping those the
 	// site cannot survive (kill-two without RAID-6).
 	Faults []string
+	// Netns runs the nodes in network namespaces (root only; see
+	// SetupNetns) and enables the partition-owner fault. The campaign
+	// itself must run in Netns.Hub.
+	Netns *Netns
 	// Short, with Faults empty, runs two faults: kill-owner and
 	// freeze-owner, or kill-two and freeze-owner on an all-RAID-6 site.
 	Short bool
@@ -241,7 +246,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	res := Result{Site: o.Site, Seed: o.Seed}
 	e := &env{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x7469657230)), start: time.Now(), log: o.Logger, out: o.Out}
-	c, err := StartLocal(ctx, LocalOptions{Site: o.Site, Binary: o.Binary, Workdir: o.Workdir, PortShift: o.PortShift, Logger: o.Logger})
+	c, err := StartLocal(ctx, LocalOptions{Site: o.Site, Binary: o.Binary, Workdir: o.Workdir, PortShift: o.PortShift, Netns: o.Netns, Logger: o.Logger})
 	if err != nil {
 		return res, err
 	}
@@ -264,6 +269,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	for _, f := range faults {
+		if f == PartitionOwner {
+			if o.Netns == nil {
+				return res, fmt.Errorf("fault %s needs network namespaces (root; see docs/RELIABILITY.md)", f)
+			}
+			continue
+		}
 		if !slices.Contains(AllFaults, f) {
 			return res, fmt.Errorf("fault %q unknown; expected one of %s", f, strings.Join(AllFaults, ", "))
 		}
@@ -396,6 +407,8 @@ func (e *env) inject(ctx context.Context, f string) Injection {
 		err = e.killNodes(ctx, &in, 1, peers)
 	case FreezeOwner:
 		err = e.freezeOwner(ctx, &in)
+	case PartitionOwner:
+		err = e.partitionOwner(ctx, &in)
 	case RestartResync:
 		err = e.restartResync(ctx, &in)
 	case FailDrive:
@@ -559,6 +572,43 @@ func (e *env) freezeOwner(ctx context.Context, in *Injection) error {
 	in.Detail = fmt.Sprintf("SIGSTOP %s (owner of %s) for %.1fs; %s took over; SIGCONT: self-fenced %v, %d late backend I/Os refused by reservation conflict",
 		victim, array, froze.Seconds(), to, selfFenced, refused)
 	e.say("%s: %s self-fenced %v after SIGCONT; %d late backend I/Os refused by reservation conflict", FreezeOwner, victim, selfFenced, refused)
+	return nil
+}
+
+// partitionOwner cuts the network link of an array's owner: the node keeps
+// running but reaches neither etcd nor its members nor hosts. Once another
+// node serves the array and has acknowledged writes, the link is healed.
+func (e *env) partitionOwner(ctx context.Context, in *Injection) error {
+	names, owners, err := e.arrays(ctx)
+	if err != nil {
+		return err
+	}
+	array := e.pick(names)
+	victim := owners[array]
+	logAt := e.c.LogSize(victim)
+	e.mark(in)
+	if err := e.o.Netns.Cut(victim); err != nil {
+		return err
+	}
+	e.say("%s: cut %s's link, owner of array %s, with %d writes in flight", PartitionOwner, victim, array, in.InFlight)
+	d, to, err := e.waitServed(ctx, array, victim)
+	in.Failover = d
+	if err != nil {
+		_ = e.o.Netns.Heal(victim)
+		return fmt.Errorf("array %s not taken over while its owner %s was cut off: %w", array, victim, err)
+	}
+	e.say("%s: array %s served by %s %.1fs after the cut", PartitionOwner, array, to, d.Seconds())
+	e.settle(ctx, 2*time.Second, 200)
+	cut := time.Since(e.start) - in.At
+	if err := e.o.Netns.Heal(victim); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	selfFenced := e.c.CountLog(victim, logAt, "self-fencing") > 0
+	refused := e.c.CountLog(victim, logAt, "reservation conflict")
+	in.Detail = fmt.Sprintf("cut %s (owner of %s) off the network for %.1fs; %s took over; healed: %s self-fenced %v, %d late backend I/Os refused by reservation conflict",
+		victim, array, cut.Seconds(), to, victim, selfFenced, refused)
+	e.say("%s: healed; %s self-fenced %v, %d late backend I/Os refused by reservation conflict", PartitionOwner, victim, selfFenced, refused)
 	return nil
 }
 

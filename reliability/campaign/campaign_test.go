@@ -58,7 +58,7 @@ func runShort(t *testing.T, site string, faults []string, seed uint64) Result {
 		t.Skip(err)
 	}
 	wd := t.TempDir()
-	var out strings.Builder
+	var out lockedBuilder
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, Options{
@@ -88,6 +88,25 @@ func runShort(t *testing.T, site string, faults []string, seed uint64) Result {
 		}
 	}
 	return res
+}
+
+// lockedBuilder is a strings.Builder shared by the campaign's output and
+// the logger of its host-side devices.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func dumpLogs(t *testing.T, wd string) {

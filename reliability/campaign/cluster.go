@@ -32,6 +32,7 @@ type Cluster struct {
 	Workdir string
 	bin     string
 	log     *slog.Logger
+	netns   *Netns
 
 	mu    sync.Mutex
 	procs map[string]*proc
@@ -57,6 +58,10 @@ type LocalOptions struct {
 	// PortShift is added to every port in the site file (to run beside
 	// another cluster of the same site); 0 keeps them.
 	PortShift int
+	// Netns, when set, runs each node in its own namespace (the site's
+	// node addresses must be those SetupNetns gave them); the caller runs
+	// in the hub namespace.
+	Netns *Netns
 	// Logger (default: discard).
 	Logger *slog.Logger
 }
@@ -104,14 +109,14 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Cluster, error) {
 		return nil, err
 	}
 	for _, n := range cfg.Nodes {
-		if h := n.AdvertiseAddr(n.API); !isLoopback(h) {
+		if h := n.AdvertiseAddr(n.API); !isLoopback(h) && o.Netns == nil {
 			return nil, fmt.Errorf("node %s's API %s is not on a loopback address; a local campaign runs every node on this machine", n.Name, h)
 		}
 	}
 	if _, err := os.Stat(o.Binary); err != nil {
 		return nil, fmt.Errorf("tier0d binary: %w; build it with `make build` or pass its path", err)
 	}
-	c := &Cluster{Config: cfg, Site: site, Workdir: wd, bin: o.Binary, log: o.Logger, procs: map[string]*proc{}}
+	c := &Cluster{Config: cfg, Site: site, Workdir: wd, bin: o.Binary, log: o.Logger, netns: o.Netns, procs: map[string]*proc{}}
 	for _, n := range cfg.Nodes {
 		if err := c.Start(n.Name); err != nil {
 			c.Close()
@@ -183,6 +188,10 @@ func (c *Cluster) Start(node string) error {
 		return err
 	}
 	cmd := exec.Command(c.bin, "--site", c.Site, "--node", node)
+	if c.netns != nil {
+		// ip netns exec execs tier0d in place: the PID stays the daemon's.
+		cmd = exec.Command("ip", "netns", "exec", c.netns.Namespace(node), c.bin, "--site", c.Site, "--node", node)
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), "TIER0_WORK="+c.Workdir)
 	// If this process dies, its nodes die too rather than linger and hold

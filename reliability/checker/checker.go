@@ -115,6 +115,7 @@ type Checker struct {
 	runs    atomic.Uint64 // seeds for successive Run calls
 
 	running sync.Mutex // held by Run and Verify
+	born    time.Time  // for the time stamps of online problems
 
 	issued, acked, failed, inflight atomic.Int64
 	reads, readErrs                 atomic.Int64
@@ -147,7 +148,7 @@ func New(targets []Target, opts Options) (*Checker, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Checker{opts: opts, log: opts.Logger}
+	c := &Checker{opts: opts, log: opts.Logger, born: time.Now()}
 	names := map[string]bool{}
 	for _, t := range targets {
 		if t.Dev == nil {

@@ -86,7 +86,7 @@ func (c *Checker) classify(r *Report, t *target, i int, u []byte, online bool) {
 	lba := t.lba(i)
 	where := fmt.Sprintf("%s unit %d (byte %d)", t.Name, i, t.Offset+int64(i)*UnitSize)
 	if online {
-		where = "read-back of " + where
+		where = fmt.Sprintf("read-back at +%.1fs of %s", time.Since(c.born).Seconds(), where)
 	}
 	gen := binary.LittleEndian.Uint64(u[24:32])
 	switch err := bench.CheckUnit(u, t.id, lba, 0); {
