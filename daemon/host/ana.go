@@ -44,16 +44,24 @@ func (c *Controller) RefreshANA(ctx context.Context) error {
 	return nil
 }
 
-// refreshANAAsync re-reads the ANA log in the background, at most one read
-// at a time per controller (many failing I/Os ask at once).
+// refreshANAAsync re-reads the ANA log in the background: one read at a time
+// per controller (many failing I/Os ask at once), and one more after it when
+// asked again meanwhile, so that no change is missed.
 func (c *Controller) refreshANAAsync() {
+	c.anaAgain.Store(true)
 	if !c.anaBusy.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
-		defer c.anaBusy.Store(false)
-		if err := c.RefreshANA(context.Background()); err != nil {
-			c.log.Debug("re-reading the ANA log after a path error failed", "err", err)
+		for {
+			c.anaAgain.Store(false)
+			if err := c.RefreshANA(context.Background()); err != nil {
+				c.log.Debug("re-reading the ANA log failed", "err", err)
+			}
+			c.anaBusy.Store(false)
+			if !c.anaAgain.Load() || !c.anaBusy.CompareAndSwap(false, true) {
+				return
+			}
 		}
 	}()
 }

@@ -210,11 +210,12 @@ type Controller struct {
 
 	rr atomic.Uint32
 
-	anaMu   sync.Mutex
-	anaGen  uint64
-	ana     map[uint32]ANAState // group -> state, from the last ANA log read
-	anaSub  []chan struct{}
-	anaBusy atomic.Bool
+	anaMu    sync.Mutex
+	anaGen   uint64
+	ana      map[uint32]ANAState // group -> state, from the last ANA log read
+	anaSub   []chan struct{}
+	anaBusy  atomic.Bool
+	anaAgain atomic.Bool
 
 	stats struct {
 		reconnects atomic.Int64
@@ -519,9 +520,9 @@ func (c *Controller) aenLoop(a *assoc) {
 		c.stats.aens.Add(1)
 		c.log.Info("asynchronous event", "type", ev.Type, "info", ev.Info, "log", ev.LogPage)
 		if ev.Type == nvme.AENTypeNotice && ev.Info == nvme.AENNoticeANAChange {
-			if err := c.RefreshANA(context.Background()); err != nil {
-				c.log.Warn("re-reading the ANA log failed", "err", err)
-			}
+			// read the log in the background so that the next AER goes
+			// out at once (a change meanwhile is then reported too)
+			c.refreshANAAsync()
 		}
 		if c.opts.OnAEN != nil {
 			c.opts.OnAEN(ev)

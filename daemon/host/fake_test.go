@@ -18,31 +18,32 @@ import (
 // connection, stall completions). It is not tier0's target (package
 // target); the acceptance tests in test/fabric use that and Linux.
 type fakeTarget struct {
-	t       *testing.T
-	l       net.Listener
-	nqn     string
-	bs      int
-	data    []byte
-	dataMu  sync.Mutex
-	maxH2C  uint32
-	r2tMax  uint32 // largest R2T the fake asks for
-	c2hMax  uint32 // largest C2HData it sends
-	inline  int    // IOCCSZ-derived in-capsule limit
-	cntlid  atomic.Uint32
-	mu      sync.Mutex
-	conns   map[net.Conn]bool
-	ana     nvme.ANAState
-	aers    []func(uint32) // outstanding AERs (complete with dw0)
-	stall   atomic.Bool    // swallow I/O commands
-	dropAt  atomic.Int64   // when > 0: drop every connection when cmds reaches it
-	refuse  atomic.Bool    // refuse new connections
-	cmds    atomic.Int64
-	writes  atomic.Int64 // socket writes of the fake
-	kas     atomic.Int64 // keep alives received
-	holder  [16]byte     // reservation holder host ID (zero: none)
-	regs    map[[16]byte]uint64
-	rtype   nvme.ResvType
-	connHID sync.Map // conn -> host ID
+	t          *testing.T
+	l          net.Listener
+	nqn        string
+	bs         int
+	data       []byte
+	dataMu     sync.Mutex
+	maxH2C     uint32
+	r2tMax     uint32 // largest R2T the fake asks for
+	c2hMax     uint32 // largest C2HData it sends
+	inline     int    // IOCCSZ-derived in-capsule limit
+	cntlid     atomic.Uint32
+	mu         sync.Mutex
+	conns      map[net.Conn]bool
+	ana        nvme.ANAState
+	aers       []func(uint32) // outstanding AERs (complete with dw0)
+	pendingAEN bool           // an ANA change not yet reported
+	stall      atomic.Bool    // swallow I/O commands
+	dropAt     atomic.Int64   // when > 0: drop every connection when cmds reaches it
+	refuse     atomic.Bool    // refuse new connections
+	cmds       atomic.Int64
+	writes     atomic.Int64 // socket writes of the fake
+	kas        atomic.Int64 // keep alives received
+	holder     [16]byte     // reservation holder host ID (zero: none)
+	regs       map[[16]byte]uint64
+	rtype      nvme.ResvType
+	connHID    sync.Map // conn -> host ID
 }
 
 func newFakeTarget(t *testing.T, nqn string, size int) *fakeTarget {
@@ -91,6 +92,11 @@ func (f *fakeTarget) setANA(s nvme.ANAState) {
 	f.ana = s
 	aers := f.aers
 	f.aers = nil
+	if len(aers) == 0 {
+		// no AER outstanding: report on the next one, as a controller
+		// must
+		f.pendingAEN = true
+	}
 	f.mu.Unlock()
 	for _, a := range aers {
 		a(nvme.AENResult(nvme.AENTypeNotice, nvme.AENNoticeANAChange, nvme.LogANA))
@@ -388,8 +394,15 @@ func (f *fakeTarget) serve(c net.Conn) {
 			case nvme.AdminAsyncEvent:
 				cid := sqe.CID
 				f.mu.Lock()
-				f.aers = append(f.aers, func(dw0 uint32) { resp(cid, 0, uint64(dw0)) })
+				pending := f.pendingAEN
+				f.pendingAEN = false
+				if !pending {
+					f.aers = append(f.aers, func(dw0 uint32) { resp(cid, 0, uint64(dw0)) })
+				}
 				f.mu.Unlock()
+				if pending {
+					resp(cid, 0, uint64(nvme.AENResult(nvme.AENTypeNotice, nvme.AENNoticeANAChange, nvme.LogANA)))
+				}
 			case nvme.AdminGetLogPage:
 				lp := nvme.ParseGetLogPageCmd(&sqe)
 				f.mu.Lock()

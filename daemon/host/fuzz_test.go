@@ -53,7 +53,7 @@ func FuzzQueueRead(f *testing.F) {
 			tc.Close()
 		}()
 		select {
-		case <-q.dead:
+		case <-q.readerDone:
 		case <-time.After(10 * time.Second):
 			t.Fatal("reader did not end after the stream closed")
 		}

@@ -64,7 +64,9 @@ type queue struct {
 	// R2Ts are answered by a sender goroutine so that the reader never
 	// blocks on a full socket send buffer while the controller waits for
 	// us to read.
-	r2t chan r2tReq
+	r2t        chan r2tReq
+	h2cDone    chan struct{} // closed when h2cLoop returned
+	readerDone chan struct{} // closed when readLoop returned
 
 	dead     chan struct{}
 	deadOnce sync.Once
@@ -72,8 +74,8 @@ type queue struct {
 }
 
 type r2tReq struct {
-	s *slot
-	r nvme.R2T
+	wbuf []byte // the command's data, captured while it is in flight
+	r    nvme.R2T
 }
 
 // dialQueue connects one queue: TCP connect, ICReq/ICResp exchange, start
@@ -145,27 +147,37 @@ func (q *queue) init(digest uint8, maxH2C uint32, depth int) {
 		q.free <- uint16(i)
 	}
 	q.r2t = make(chan r2tReq, depth)
+	q.h2cDone = make(chan struct{})
+	q.readerDone = make(chan struct{})
 	go q.readLoop()
 	go q.h2cLoop()
 }
 
-// fail tears the connection down and fails every command in flight.
+// fail tears the connection down. The commands in flight fail once the
+// reader and the H2C sender have stopped touching their buffers (see
+// readLoop), so that a caller never gets its buffer back while the queue
+// may still write into it.
 func (q *queue) fail(err error) {
 	q.deadOnce.Do(func() {
 		q.deadErr = err
 		close(q.dead)
 		q.conn.Close()
-		q.rmu.Lock()
-		for i := range q.slots {
-			s := &q.slots[i]
-			if s.active {
-				s.active = false
-				s.err = err
-				s.done <- struct{}{}
-			}
-		}
-		q.rmu.Unlock()
 	})
+}
+
+// failSlots fails every command in flight; called by the reader after it
+// and the H2C sender stopped.
+func (q *queue) failSlots() {
+	q.rmu.Lock()
+	defer q.rmu.Unlock()
+	for i := range q.slots {
+		s := &q.slots[i]
+		if s.active {
+			s.active = false
+			s.err = q.deadErr
+			s.done <- struct{}{}
+		}
+	}
 }
 
 func (q *queue) isDead() bool {
@@ -328,6 +340,9 @@ func (q *queue) activeSlot(cid uint16) (*slot, error) {
 func (q *queue) readLoop() {
 	err := q.read()
 	q.fail(err)
+	<-q.h2cDone
+	q.failSlots()
+	close(q.readerDone)
 }
 
 func (q *queue) read() error {
@@ -422,7 +437,7 @@ func (q *queue) read() error {
 				return fmt.Errorf("R2T cid %d: offset %d length %d outside the %d-byte write", r.CID, r.Offset, r.Length, len(s.wbuf))
 			}
 			select {
-			case q.r2t <- r2tReq{s, r}:
+			case q.r2t <- r2tReq{wbuf: s.wbuf, r: r}:
 			default:
 				return fmt.Errorf("R2T cid %d: more R2Ts outstanding than commands in flight", r.CID)
 			}
@@ -442,10 +457,11 @@ func (q *queue) read() error {
 
 // h2cLoop answers R2Ts until the queue dies.
 func (q *queue) h2cLoop() {
+	defer close(q.h2cDone)
 	for {
 		select {
 		case req := <-q.r2t:
-			if err := q.sendH2C(req.s, req.r); err != nil {
+			if err := q.sendH2C(req.wbuf, req.r); err != nil {
 				q.fail(fmt.Errorf("sending H2CData: %w", err))
 				return
 			}
@@ -456,10 +472,10 @@ func (q *queue) h2cLoop() {
 }
 
 // sendH2C answers an R2T with H2CData PDUs of at most maxH2C bytes.
-func (q *queue) sendH2C(s *slot, r nvme.R2T) error {
+func (q *queue) sendH2C(wbuf []byte, r nvme.R2T) error {
 	end := uint64(r.Offset) + uint64(r.Length)
-	if end > uint64(len(s.wbuf)) || r.Length == 0 {
-		return fmt.Errorf("R2T cid %d: offset %d length %d outside the %d-byte write", r.CID, r.Offset, r.Length, len(s.wbuf))
+	if end > uint64(len(wbuf)) || r.Length == 0 {
+		return fmt.Errorf("R2T cid %d: offset %d length %d outside the %d-byte write", r.CID, r.Offset, r.Length, len(wbuf))
 	}
 	q.wmu.Lock()
 	defer q.wmu.Unlock()
@@ -475,7 +491,7 @@ func (q *queue) sendH2C(s *slot, r nvme.R2T) error {
 			p.Flags = nvme.FlagDataLast
 		}
 		q.scratch = p.Append(q.scratch[:0], q.digest)
-		data := s.wbuf[off : off+n]
+		data := wbuf[off : off+n]
 		if _, err := q.bw.Write(q.scratch); err != nil {
 			return err
 		}
