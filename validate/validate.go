@@ -366,15 +366,6 @@ func (r *runner) check(name string, st bench.CheckStatus, reason string) {
 	}
 }
 
-func (r *runner) checkErr(name string, err error, passReason string) bool {
-	if err != nil {
-		r.check(name, bench.Fail, err.Error())
-		return false
-	}
-	r.check(name, bench.Pass, passReason)
-	return true
-}
-
 // teardown closes the frontends, stops the local cluster, copies its logs
 // into the report folder and removes the work files (unless Keep).
 func (r *runner) teardown() []string {
