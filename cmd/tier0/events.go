@@ -125,7 +125,7 @@ func eventLine(e api.Event) string {
 // that stops answering is replaced by the next one (the log is the
 // cluster's, so revisions continue).
 func followEvents(ctx context.Context, c *clusterConn, w, log io.Writer, evs []api.Event, after int64) error {
-	print := func(e api.Event) error {
+	emit := func(e api.Event) error {
 		if jsonOut {
 			return writeJSONLine(w, e)
 		}
@@ -133,7 +133,7 @@ func followEvents(ctx context.Context, c *clusterConn, w, log io.Writer, evs []a
 		return err
 	}
 	for _, e := range evs {
-		if err := print(e); err != nil {
+		if err := emit(e); err != nil {
 			return err
 		}
 		after = max(after, e.Revision)
@@ -168,7 +168,7 @@ func followEvents(ctx context.Context, c *clusterConn, w, log io.Writer, evs []a
 			if e.Revision <= after {
 				continue
 			}
-			if err := print(e); err != nil {
+			if err := emit(e); err != nil {
 				return err
 			}
 			after = e.Revision
