@@ -78,6 +78,10 @@ func (t *Target) fabrics(r *request) nvme.Status {
 	case nvme.FabricsDisconnect:
 		r.closeConn = true
 		return nvme.StatusSuccess
+	case nvme.FabricsAuthSend:
+		return t.authSend(r)
+	case nvme.FabricsAuthRecv:
+		return t.authRecv(r)
 	}
 	return nvme.StatusInvalidOpcode | nvme.StatusDNR
 }
@@ -159,6 +163,7 @@ func (t *Target) connect(r *request) nvme.Status {
 		c.setDepthKeep(depth, r)
 		_ = c.nc.SetReadDeadline(time.Time{})
 		r.cqe.Result = uint64(id)
+		t.requireAuth(c, sub, d.HostNQN, r)
 		t.log.Info("controller created", "cntlid", id, "subnqn", sub.nqn, "hostnqn", d.HostNQN, "kato_ms", cmd.KATO, "remote", c.remote())
 		return nvme.StatusSuccess
 	}
@@ -180,6 +185,7 @@ func (t *Target) connect(r *request) nvme.Status {
 	c.startWorkers(min(t.cfg.WorkersPerQueue, depth))
 	_ = c.nc.SetReadDeadline(time.Time{})
 	r.cqe.Result = uint64(ctrl.id)
+	t.requireAuth(c, sub, d.HostNQN, r)
 	return nvme.StatusSuccess
 }
 

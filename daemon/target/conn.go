@@ -107,6 +107,7 @@ type conn struct {
 	ctrl  *controller
 	qid   uint16
 	depth int
+	auth  *connAuth // nil: the queue needs no authentication
 
 	smu   sync.Mutex
 	slots []*request
@@ -453,6 +454,10 @@ func (c *conn) start(r *request) {
 	}
 	if c.ctrl != nil {
 		c.ctrl.touch()
+	}
+	if c.auth != nil && !c.auth.admits(s) {
+		c.complete(r, nvme.StatusAuthRequired|nvme.StatusDNR)
+		return
 	}
 	sgl := s.DPTR
 	switch dataDir(s) {

@@ -28,6 +28,8 @@ type SubsystemConfig struct {
 	AllowedHosts []string
 	// ANAStates sets the initial state of ANA groups (default optimized).
 	ANAStates map[uint32]nvme.ANAState
+	// DHCHAP turns on in-band authentication (see auth.go); zero: off.
+	DHCHAP DHCHAPConfig
 }
 
 // NamespaceConfig describes a namespace of a subsystem.
@@ -59,6 +61,7 @@ type subsystem struct {
 	ana       map[uint32]*anaGroup
 	anaChgCnt uint64
 	ctrls     map[uint16]*controller
+	auth      *dhchapPolicy // nil: no authentication
 }
 
 type anaGroup struct {
@@ -124,6 +127,11 @@ func (t *Target) AddSubsystem(sc SubsystemConfig) error {
 		}
 		s.hosts[h] = true
 	}
+	auth, err := parseDHCHAP(sc.DHCHAP)
+	if err != nil {
+		return fmt.Errorf("subsystem %s: %w", sc.NQN, err)
+	}
+	s.auth = auth
 	for g, st := range sc.ANAStates {
 		if g == 0 || g > maxANAGroups || !st.Valid() {
 			return fmt.Errorf("ANA group %d state %v: groups are 1..%d and states optimized, non-optimized, inaccessible, persistent-loss or change: %w", g, st, maxANAGroups, ErrInvalid)
