@@ -631,9 +631,7 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 		}
 		if a.logOn {
 			ent = &logEntry{stripe: s, rlo: rlo, rhi: rhi, mask: mask}
-			for k := range partial {
-				ent.partial[k] = partial[k]
-			}
+			copy(ent.partial[:], partial)
 			logFragile(ent, dm, cols)
 		}
 		for i := 0; i < nd; i++ {
