@@ -79,6 +79,7 @@ type Multipath struct {
 }
 
 var _ blockdev.Device = (*Multipath)(nil)
+var _ blockdev.FUAWriter = (*Multipath)(nil)
 
 // NewMultipath connects every path and opens the namespace on each. A path
 // that cannot be connected now is left out (and logged); it is an error
