@@ -72,6 +72,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Dialer opens TCP connections (default net.Dialer).
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DHCHAPSecret is this host's DH-HMAC-CHAP secret (DHHC-1:..., see
+	// auth.go); used on every queue whose Connect response asks for
+	// authentication. DHCHAPCtrlSecret, when set, makes the controller
+	// prove its own secret too (bidirectional).
+	DHCHAPSecret     string
+	DHCHAPCtrlSecret string
 	// OnAEN is called (from the controller's event goroutine) for every
 	// asynchronous event, after the host handled it itself (e.g. re-read the
 	// ANA log).
@@ -208,7 +214,8 @@ type Controller struct {
 	closeCh chan struct{}
 	wg      sync.WaitGroup
 
-	rr atomic.Uint32
+	rr      atomic.Uint32
+	authTID atomic.Uint32 // DH-HMAC-CHAP transaction IDs
 
 	anaMu    sync.Mutex
 	anaGen   uint64
@@ -232,6 +239,9 @@ func Dial(ctx context.Context, addr string, opts Options) (*Controller, error) {
 		return nil, errors.New("host.Dial: Options.SubNQN is empty; give the subsystem NQN to connect to (see tier0 fabric discover)")
 	}
 	opts.setDefaults()
+	if _, err := parseHostKeys(&opts); err != nil {
+		return nil, fmt.Errorf("host.Dial: %w", err)
+	}
 	c := &Controller{addr: addr, opts: opts, log: opts.Logger.With("ctrl", addr, "subnqn", opts.SubNQN),
 		ready: make(chan struct{}), closeCh: make(chan struct{}), ana: map[uint32]ANAState{}}
 	a, err := c.connect(ctx)
@@ -620,6 +630,11 @@ func (c *Controller) fabricsConnect(q *queue, qid, sqsize uint16, kato uint32, c
 	if !cqe.Status.OK() {
 		return 0, fmt.Errorf("controller %s refused connect of queue %d (subsystem %q, host %q): %w", c.addr, qid, c.opts.SubNQN, c.opts.HostNQN,
 			&StatusError{Op: "connect", Status: cqe.Status})
+	}
+	if cqe.DW0()&nvme.ConnectAuthReqATR != 0 {
+		if err := c.authenticate(q, qid); err != nil {
+			return 0, err
+		}
 	}
 	return uint16(cqe.DW0()), nil
 }
