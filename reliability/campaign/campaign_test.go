@@ -57,7 +57,7 @@ func runShort(t *testing.T, site string, faults []string, seed uint64) Result {
 	if err != nil {
 		t.Skip(err)
 	}
-	wd := t.TempDir()
+	wd := keepDir(t)
 	var out lockedBuilder
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -107,6 +107,22 @@ func (l *lockedBuilder) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// keepDir is the cluster's work directory: a fresh one under
+// $TIER0_CAMPAIGN_KEEP (kept after the test, for the node logs) or a
+// temporary one.
+func keepDir(t *testing.T) string {
+	base := os.Getenv("TIER0_CAMPAIGN_KEEP")
+	if base == "" {
+		return t.TempDir()
+	}
+	wd := filepath.Join(base, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.RemoveAll(wd); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("work directory kept: %s", wd)
+	return wd
 }
 
 func dumpLogs(t *testing.T, wd string) {

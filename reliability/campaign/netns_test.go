@@ -51,7 +51,7 @@ func TestPartitionNetns(t *testing.T) {
 }
 
 func partitionInHub(t *testing.T, prefix string) {
-	wd := t.TempDir()
+	wd := keepDir(t)
 	var out lockedBuilder
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
