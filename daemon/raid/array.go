@@ -737,6 +737,9 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 			nm.full = false
 			nm.dirty = a.bm.snapshot()
 		}
+		if debugf != nil {
+			debugf("re-add %d: member events %d, cleared %d, full %v, dirty %v", index, sb.Events, cleared, nm.full, nm.dirty)
+		}
 	}
 	nm.state.Store(uint32(roleRebuilding))
 	a.mu.Lock()

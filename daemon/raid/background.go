@@ -227,6 +227,9 @@ func (a *Array) runTask(t task) {
 func (a *Array) resync() error {
 	defer a.resyncing.Store(false)
 	dirty := a.bm.snapshot()
+	if debugf != nil {
+		debugf("resync: dirty %v state %s", dirty, a.describe())
+	}
 	var n int64
 	for _, d := range dirty {
 		if d {
@@ -310,6 +313,9 @@ func (a *Array) rebuild(role int) error {
 			m.recovery.Store(s + 1)
 			continue
 		}
+		if debugf != nil {
+			debugf("rebuild member %d stripe %d (full %v)", role, s, m.full)
+		}
 		var err error
 		for attempt := 0; attempt <= a.geo.Members; attempt++ {
 			a.lockStripe(s)
@@ -339,9 +345,10 @@ func (a *Array) rebuild(role int) error {
 	if uint8(m.state.Load()) != roleRebuilding {
 		return fmt.Errorf("member %d failed at the end of its rebuild: %w", role, ErrDegraded)
 	}
+	// full and dirty stay as they are: a reader that saw the rebuilding
+	// state a moment ago may still look at them.
 	a.mu.Lock()
 	m.state.Store(uint32(roleActive))
-	m.full, m.dirty = false, nil
 	a.mu.Unlock()
 	if err := a.writeSuperblocks(); err != nil {
 		return err
@@ -409,21 +416,31 @@ func (a *Array) rebuildStripe(m *member, s int64) error {
 func (a *Array) syncStripe(s int64, fix, locate bool) (bool, bool, error) {
 	C := a.geo.ChunkSize
 	if a.geo.Level == RAID1 {
-		var ref []byte
+		// The reference is the first active member (the one mirror reads
+		// use during a resync); every other in-sync member is compared.
 		var refM *member
+		for r := range a.members {
+			if m := a.member(r); m != nil && uint8(m.state.Load()) == roleActive {
+				refM = m
+				break
+			}
+		}
+		if refM == nil {
+			return false, false, nil
+		}
+		ref := blockdev.AlignedBuffer(int(C))
+		if err := a.mread(refM, ref, a.moff(s, 0)); err != nil {
+			return false, false, err
+		}
 		mismatch := false
 		for r := range a.members {
 			m := a.member(r)
-			if !a.inSync(m, s) || (ref == nil && uint8(m.state.Load()) != roleActive) {
+			if m == refM || !a.inSync(m, s) {
 				continue
 			}
 			buf := blockdev.AlignedBuffer(int(C))
 			if err := a.mread(m, buf, a.moff(s, 0)); err != nil {
 				return false, false, err
-			}
-			if ref == nil {
-				ref, refM = buf, m
-				continue
 			}
 			if !bytes.Equal(ref, buf) {
 				mismatch = true
@@ -434,7 +451,6 @@ func (a *Array) syncStripe(s int64, fix, locate bool) (bool, bool, error) {
 				}
 			}
 		}
-		_ = refM
 		return mismatch, mismatch && fix, nil
 	}
 	if a.geo.Level == RAID0 {

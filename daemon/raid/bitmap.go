@@ -63,6 +63,9 @@ func (b *bitmap) start(s0, s1 int64) error {
 	if len(blocks) == 0 {
 		return nil
 	}
+	if debugf != nil {
+		debugf("bitmap: set regions %d-%d, persisting, state %s", r0, r1, b.a.describe())
+	}
 	for _, blk := range blocks {
 		p := blockdev.AlignedBuffer(metaBlock)
 		copy(p, b.bits[blk*metaBlock:])
@@ -119,13 +122,18 @@ func (b *bitmap) sweep(force bool) {
 			p   []byte
 		}{blk, p})
 	}
-	b.mu.Unlock()
 	if len(writes) == 0 {
+		b.mu.Unlock()
 		return
+	}
+	if debugf != nil {
+		debugf("bitmap: sweep(force=%v) clears, now %v", force, b.bits[:2])
 	}
 	b.a.mu.Lock()
 	b.a.sbt.EventsCleared = b.a.sbt.Events
 	b.a.mu.Unlock()
+	// Written under b.mu: a concurrent start must not persist a new bit
+	// that this older copy of the block would then overwrite.
 	b.a.each(func(m *member) error {
 		for _, w := range writes {
 			if err := b.a.mwrite(m, w.p, bitmapOffset+w.blk*metaBlock, false); err != nil {
@@ -134,6 +142,7 @@ func (b *bitmap) sweep(force bool) {
 		}
 		return nil
 	})
+	b.mu.Unlock()
 }
 
 // Sweep clears the write-intent bits of regions that saw no writes since
@@ -203,6 +212,21 @@ func (b *bitmap) load() error {
 	for _, e := range errs {
 		if e != nil && e != errGone {
 			return fmt.Errorf("reading the write-intent bitmap: %w", e)
+		}
+	}
+	// Members' copies may differ (clears are written lazily and a crash
+	// keeps any of them): write the union back, so that every bit set in
+	// memory is set on every member — a later write to a region whose bit
+	// is already set in memory persists nothing.
+	errs = b.a.each(func(m *member) error {
+		if err := b.writeAll(m.dev); err != nil {
+			return b.a.memberErr(m, "bitmap write", err)
+		}
+		return nil
+	})
+	for _, e := range errs {
+		if e != nil && e != errGone {
+			return fmt.Errorf("writing the write-intent bitmap: %w", e)
 		}
 	}
 	return b.a.usable()

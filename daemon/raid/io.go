@@ -199,12 +199,7 @@ func (a *Array) runGrouped(ops []mop) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, o := range by[m] {
-				if err := a.run([]mop{o}); err != nil {
-					errs[x] = err
-					return
-				}
-			}
+			errs[x] = a.runMerged(by[m])
 		}()
 	}
 	wg.Wait()
@@ -218,6 +213,51 @@ func (a *Array) runGrouped(ops []mop) error {
 		}
 	}
 	return gone
+}
+
+// maxMerge bounds one merged member request.
+const maxMerge = 4 << 20
+
+// runMerged runs one member's requests in order, turning runs of
+// requests that are contiguous on the member (consecutive stripes) into
+// one request through a bounce buffer: one large I/O costs a drive or a
+// fabric much less than many chunk-sized ones, and a copy is cheap.
+func (a *Array) runMerged(ops []mop) error {
+	for i := 0; i < len(ops); {
+		j, n := i+1, int64(len(ops[i].buf))
+		for j < len(ops) && ops[j].write == ops[i].write && ops[j].fua == ops[i].fua &&
+			ops[j].off == ops[i].off+n && n+int64(len(ops[j].buf)) <= maxMerge {
+			n += int64(len(ops[j].buf))
+			j++
+		}
+		if j == i+1 {
+			if err := a.run(ops[i : i+1]); err != nil {
+				return err
+			}
+			i = j
+			continue
+		}
+		bounce := getBuf(n)
+		if ops[i].write {
+			pos := 0
+			for _, o := range ops[i:j] {
+				pos += copy(bounce[pos:], o.buf)
+			}
+		}
+		err := a.run([]mop{{m: ops[i].m, buf: bounce, off: ops[i].off, write: ops[i].write, fua: ops[i].fua}})
+		if err == nil && !ops[i].write {
+			pos := 0
+			for _, o := range ops[i:j] {
+				pos += copy(o.buf, bounce[pos:])
+			}
+		}
+		putBuf(bounce)
+		if err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
 }
 
 // readSlow reads spans under their stripe locks, reconstructing chunks of
@@ -428,6 +468,29 @@ func (a *Array) writeParity(p []byte, off int64, fua bool) error {
 	if len(sps) == 1 {
 		return a.writeSpan(sps[0], fua)
 	}
+	// Whole stripes in the middle of the request go out in batches, one
+	// merged write per member per batch.
+	var rest []span
+	for x := 0; x < len(sps); {
+		y := x
+		for y < len(sps) && sps[y].lo == 0 && sps[y].hi == a.geo.StripeSize && y-x < fullBatch {
+			y++
+		}
+		if y-x >= 2 {
+			done, err := a.writeFullBatch(sps[x:y], fua)
+			if err != nil {
+				return err
+			}
+			if !done {
+				rest = append(rest, sps[x:y]...)
+			}
+			x = y
+			continue
+		}
+		rest = append(rest, sps[x])
+		x++
+	}
+	sps = rest
 	// Stripes in parallel, a few at a time; each holds one stripe lock.
 	const par = 4
 	errs := make([]error, len(sps))
@@ -448,6 +511,74 @@ func (a *Array) writeParity(p []byte, off int64, fua bool) error {
 		}
 	}
 	return nil
+}
+
+// fullBatch is the most whole stripes written as one batch.
+const fullBatch = 16
+
+// writeFullBatch writes consecutive whole stripes of a healthy array with
+// one request per member. It reports false (having written nothing) when
+// a stripe is not healthy or needs a log marker; the caller then writes
+// them one by one.
+func (a *Array) writeFullBatch(sps []span, fua bool) (bool, error) {
+	var idx []int
+	for _, sp := range sps {
+		idx = append(idx, int(uint64(sp.s)%stripeLocks))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		a.locks[i].Lock()
+	}
+	defer func() {
+		for _, i := range idx {
+			a.locks[i].Unlock()
+		}
+	}()
+	if err := a.usable(); err != nil {
+		return false, err
+	}
+	// Only an optimal array: a rebuilding member's writes must be logged
+	// (see logFragile), which the per-stripe path does.
+	if a.degraded() {
+		return false, nil
+	}
+	for _, sp := range sps {
+		if a.logOn && a.jl.needsMarker(sp.s) {
+			return false, nil
+		}
+	}
+	C := a.geo.ChunkSize
+	nd, np := a.geo.DataDisks, a.geo.ParityDisks
+	var sc scratch
+	defer sc.release()
+	var ops []mop
+	data := make([][]byte, nd)
+	parity := make([][]byte, np)
+	for _, sp := range sps {
+		for i := range data {
+			data[i] = sp.buf[int64(i)*C : int64(i+1)*C]
+			ops = append(ops, mop{m: a.member(a.dataRole(sp.s, i)), buf: data[i], off: a.moff(sp.s, 0), write: true, fua: fua})
+		}
+		for k := range parity {
+			parity[k] = sc.get(C)
+			ops = append(ops, mop{m: a.member(a.parityRole(sp.s, k)), buf: parity[k], off: a.moff(sp.s, 0), write: true, fua: fua})
+		}
+		a.coder.encode(data, parity)
+	}
+	// Member order within each member's list follows the stripes, so
+	// runGrouped merges them into one request per member.
+	err := a.runGrouped(ops)
+	for _, sp := range sps {
+		a.jl.wrote(sp.s)
+	}
+	if errors.Is(err, errGone) {
+		err = a.flushMembers()
+	}
+	if err != nil && !errors.Is(err, errGone) {
+		return true, err
+	}
+	return true, a.usable()
 }
 
 func (a *Array) writeSpan(sp span, fua bool) error {

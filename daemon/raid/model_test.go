@@ -327,13 +327,13 @@ func TestModel(t *testing.T) {
 }
 
 func TestModelDebug(t *testing.T) {
-	if testing.Short() || flag.Lookup("test.run").Value.String() != "TestModelDebug" {
+	if flag.Lookup("test.run").Value.String() != "TestModelDebug" {
 		t.Skip("debug entry point: go test -run TestModelDebug")
 	}
 	debugf = t.Logf
 	defer func() { debugf = nil }()
-	s := newSim(t, RAID6, 6, 1<<20, 1006)
-	for i := 0; i < 120; i++ {
+	s := newSim(t, RAID1, 2, 768<<10, 100701)
+	for i := 0; i < 100; i++ {
 		s.step()
 	}
 }
