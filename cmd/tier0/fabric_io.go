@@ -31,6 +31,7 @@ type fabricIOFlags struct {
 	queues, depth, parallel       int
 	hdgst, ddgst                  bool
 	timeout                       time.Duration
+	dhchapSecret, dhchapCtrl      string
 }
 
 var fabricIOOpts fabricIOFlags
@@ -58,6 +59,8 @@ func init() {
 	f.Uint32Var(&o.nsid, "nsid", 1, "namespace ID")
 	f.BoolVar(&o.write, "write", false, "write the pattern to the range")
 	f.BoolVar(&o.read, "read", false, "read the range")
+	f.StringVar(&o.dhchapSecret, "dhchap-secret", "", "this host's DH-HMAC-CHAP secret DHHC-1:..: (or file:PATH), used when the target asks")
+	f.StringVar(&o.dhchapCtrl, "dhchap-ctrl-secret", "", "the controller's secret, to authenticate the target too (bidirectional)")
 	f.BoolVar(&o.verify, "verify", false, "read the range and compare it with the pattern")
 	f.StringVar(&o.offset, "offset", "0", "start byte offset (K/M/G suffixes)")
 	f.StringVar(&o.length, "length", "1M", "bytes to transfer (K/M/G suffixes; 0 = to the end of the namespace)")
@@ -179,6 +182,12 @@ func runFabricIO(ctx context.Context, o *fabricIOFlags) error {
 	}
 	hopts := host.Options{SubNQN: o.nqn, HostNQN: o.hostNQN, IOQueues: o.queues, QueueDepth: o.depth,
 		HeaderDigest: o.hdgst, DataDigest: o.ddgst, CtrlLossTimeout: -1}
+	if hopts.DHCHAPSecret, err = dhchapSecretArg("dhchap-secret", o.dhchapSecret); err != nil {
+		return err
+	}
+	if hopts.DHCHAPCtrlSecret, err = dhchapSecretArg("dhchap-ctrl-secret", o.dhchapCtrl); err != nil {
+		return err
+	}
 	if o.hostID != "" {
 		u, err := uuid.Parse(o.hostID)
 		if err != nil {

@@ -39,6 +39,8 @@ type fabricServeFlags struct {
 	stateDir                           string
 	buffered                           bool
 	verbose                            bool
+	dhchapSecret, dhchapCtrlSecret     string
+	dhchapGroups                       []string
 }
 
 var fabricServeOpts fabricServeFlags
@@ -77,6 +79,9 @@ func init() {
 	f.StringVar(&o.stateDir, "state-dir", "", "directory for persistent reservation state (default: memory only)")
 	f.BoolVar(&o.buffered, "buffered", false, "fall back to buffered I/O where O_DIRECT is refused (tmpfs)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "debug logging")
+	f.StringVar(&o.dhchapSecret, "dhchap-secret", "", "require DH-HMAC-CHAP: the hosts' secret DHHC-1:..: (or file:PATH); see docs/SECURITY.md")
+	f.StringVar(&o.dhchapCtrlSecret, "dhchap-ctrl-secret", "", "controller secret for bidirectional DH-HMAC-CHAP (or file:PATH)")
+	f.StringSliceVar(&o.dhchapGroups, "dhchap-dhgroup", nil, "acceptable DH groups in preference order (default ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192,null)")
 	fabricServeGroup().AddCommand(fabricServeCmd)
 }
 
@@ -131,6 +136,40 @@ type fabricServeInfo struct {
 	ANAState   string   `json:"ana_state"`
 	ANAGroup   uint32   `json:"ana_group"`
 	CntlIDs    [2]int   `json:"cntlid_range"`
+	DHCHAP     bool     `json:"dhchap,omitempty"`
+}
+
+// dhchapSecretArg returns a secret flag's value, read from PATH for
+// "file:PATH" (keeps the secret out of the process list).
+func dhchapSecretArg(flag, v string) (string, error) {
+	p, ok := strings.CutPrefix(v, "file:")
+	if !ok {
+		return v, nil
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %w", flag, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func serveDHCHAP(o *fabricServeFlags) (target.DHCHAPConfig, error) {
+	var dc target.DHCHAPConfig
+	var err error
+	if dc.HostSecret, err = dhchapSecretArg("dhchap-secret", o.dhchapSecret); err != nil {
+		return dc, err
+	}
+	if dc.CtrlSecret, err = dhchapSecretArg("dhchap-ctrl-secret", o.dhchapCtrlSecret); err != nil {
+		return dc, err
+	}
+	for _, g := range o.dhchapGroups {
+		id, err := nvme.ParseDHGroupName(g)
+		if err != nil {
+			return dc, fmt.Errorf("--dhchap-dhgroup: %w", err)
+		}
+		dc.DHGroups = append(dc.DHGroups, id)
+	}
+	return dc, nil
 }
 
 func runFabricServe(ctx context.Context, o *fabricServeFlags, stdout, stderr io.Writer) error {
@@ -177,8 +216,12 @@ func runFabricServe(ctx context.Context, o *fabricServeFlags, stdout, stderr io.
 		return fmt.Errorf("fabric serve: %w", err)
 	}
 	defer tg.Close()
+	dc, err := serveDHCHAP(o)
+	if err != nil {
+		return fmt.Errorf("fabric serve: %w", err)
+	}
 	sc := target.SubsystemConfig{NQN: o.nqn, AllowAnyHost: len(o.allowHosts) == 0, AllowedHosts: o.allowHosts,
-		ANAStates: map[uint32]nvme.ANAState{o.anaGroup: state}}
+		ANAStates: map[uint32]nvme.ANAState{o.anaGroup: state}, DHCHAP: dc}
 	if err := tg.AddSubsystem(sc); err != nil {
 		return fmt.Errorf("fabric serve: %w", err)
 	}
@@ -193,7 +236,7 @@ func runFabricServe(ctx context.Context, o *fabricServeFlags, stdout, stderr io.
 		return fmt.Errorf("fabric serve: %w", err)
 	}
 	info := fabricServeInfo{Listen: tg.Addr().String(), Advertise: o.advertise, NQN: o.nqn, Namespaces: o.ns, ANAState: state.String(),
-		ANAGroup: o.anaGroup, CntlIDs: [2]int{int(o.cntlidBase), int(o.cntlidBase) + int(o.cntlidCount) - 1}}
+		ANAGroup: o.anaGroup, CntlIDs: [2]int{int(o.cntlidBase), int(o.cntlidBase) + int(o.cntlidCount) - 1}, DHCHAP: dc.HostSecret != ""}
 	if jsonOut {
 		if err := json.NewEncoder(stdout).Encode(info); err != nil {
 			return err

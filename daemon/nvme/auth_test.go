@@ -186,6 +186,21 @@ func TestParseDHCHAPSecret(t *testing.T) {
 	}
 }
 
+// TestTransformNvmeCli checks the key transformation against libnvme:
+// `nvme gen-dhchap-key --secret=01..01 --hmac=1 --nqn=nqn.host` (nvme-cli
+// 2.3) prints the transformed key.
+func TestTransformNvmeCli(t *testing.T) {
+	const out = "DHHC-1:01:uQUFOk3IHmSpV6DJ/FzxwG4KcmSbQXbqEc6dKPuGHvOfi3r9:"
+	want, err := ParseDHCHAPSecret(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := DHCHAPKey{Key: bytes.Repeat([]byte{1}, 32), Hash: HashSHA256}.Transform("nqn.host")
+	if !bytes.Equal(got, want.Key) {
+		t.Fatalf("transformed key %x, libnvme %x", got, want.Key)
+	}
+}
+
 func TestTransformAndResponse(t *testing.T) {
 	k := DHCHAPKey{Key: bytes.Repeat([]byte{1}, 32), Hash: HashSHA256}
 	m := hmac.New(sha256.New, k.Key)
