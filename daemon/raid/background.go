@@ -177,9 +177,9 @@ func (p *progress) step(n int64) bool {
 	a := p.a
 	p.done += n
 	if a.pol.Adaptive {
-		// Yield while foreground I/O is running; bounded so that the
-		// background work always advances.
-		for i := 0; i < 20; i++ {
+		// Yield while foreground I/O is running; bounded (2 ms per
+		// chunk) so that the background work always advances.
+		for i := 0; i < 2; i++ {
 			fg := a.fgOps.Load()
 			if a.fgInflight.Load() == 0 && fg == p.lastFg {
 				break

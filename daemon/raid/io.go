@@ -263,6 +263,28 @@ func (a *Array) runMerged(ops []mop) error {
 // readSlow reads spans under their stripe locks, reconstructing chunks of
 // members that are not in sync.
 func (a *Array) readSlow(sps []span) error {
+	if len(sps) > 1 {
+		// Stripes in parallel, a few at a time.
+		const par = 4
+		errs := make([]error, len(sps))
+		sem := make(chan struct{}, par)
+		var wg sync.WaitGroup
+		for x := range sps {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				errs[x] = a.readSlow(sps[x : x+1])
+			}()
+		}
+		wg.Wait()
+		for _, e := range errs {
+			if e != nil {
+				return e
+			}
+		}
+		return nil
+	}
 	for _, sp := range sps {
 		var err error
 		for attempt := 0; attempt <= a.geo.Members+1; attempt++ {
