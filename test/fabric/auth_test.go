@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,93 @@ func TestDHCHAPSecretNvmeCli(t *testing.T) {
 	}
 }
 
+// Debian 12's kernel is built without CONFIG_NVME_AUTH, so its NVMe host
+// cannot authenticate. buildAuthModules rebuilds the kernel's own NVMe host
+// modules (nvme-common, nvme-core, nvme-fabrics, nvme-tcp) from Debian's
+// linux-source package with CONFIG_NVME_AUTH on, against the same kernel's
+// headers and compiler, into build/vm/nvme-auth-modules/<kver>/ (about 160
+// MB of downloads and a minute of compiling). When that directory exists
+// (or TIER0_NVME_AUTH_MODULES names one), the guest loads these modules
+// instead of its own and the DH-HMAC-CHAP interop subtests run. Build it
+// with:
+//
+//	TIER0_BUILD_NVME_AUTH=1 go test ./test/fabric -run TestBuildNvmeAuthModules -v
+//
+// The rebuilt host lacks the ffdhe groups (the kernel's builtin DH has no
+// CONFIG_CRYPTO_DH_RFC7919_GROUPS), so the interop runs with the null group.
+const buildAuthModules = `set -eu
+KVER=$1 OUT=$2 W=$3
+KPKG=linux-image-$KVER
+mkdir -p "$W" "$OUT" && cd "$W"
+SRCV=$(apt-cache show linux-headers-$KVER | awk '/^Version:/{print $2; exit}')
+UPV=${KVER%%-*}; UPV=${UPV%.*}   # 6.1.0-57-amd64 -> 6.1
+ls linux-source-${UPV}_*.deb >/dev/null 2>&1 || apt-get download -qq linux-source-$UPV linux-headers-$KVER linux-headers-${KVER%-*}-common linux-kbuild-$UPV
+mkdir -p x && for d in *.deb; do dpkg -x "$d" x; done
+[ -d linux-source-$UPV/drivers/nvme ] || tar -xJf x/usr/src/linux-source-$UPV.tar.xz --wildcards "linux-source-$UPV/drivers/nvme/*"
+B=$PWD/x/usr/src/linux-headers-$KVER
+echo "include $PWD/x/usr/src/linux-headers-${KVER%-*}-common/Makefile" > "$B/Makefile"
+rm -rf src && mkdir src && cp -r linux-source-$UPV/drivers/nvme/common linux-source-$UPV/drivers/nvme/host src/
+echo 'obj-m += common/ host/' > src/Makefile
+make -C "$B" M="$PWD/src" CONFIG_NVME_AUTH=y CONFIG_NVME_COMMON=m CONFIG_NVME_CORE=m CONFIG_NVME_FABRICS=m CONFIG_NVME_TCP=m     CONFIG_BLK_DEV_NVME= CONFIG_NVME_RDMA= CONFIG_NVME_FC= CONFIG_NVME_APPLE=     KCFLAGS="-DCONFIG_NVME_AUTH=1 -DCONFIG_NVME_COMMON_MODULE=1" -j"$(nproc)" modules
+for k in src/common/nvme-common.ko src/host/nvme-core.ko src/host/nvme-fabrics.ko src/host/nvme-tcp.ko; do
+    strip --strip-debug -o "$OUT/$(basename $k)" "$k"
+done
+echo "built NVMe host modules with CONFIG_NVME_AUTH for $KVER (source $SRCV) in $OUT"
+`
+
+var authModuleNames = []string{"nvme-common.ko", "nvme-core.ko", "nvme-fabrics.ko", "nvme-tcp.ko"}
+
+// authModulesDir returns where the auth-capable modules for kver are (or go).
+func authModulesDir(t *testing.T, kver string) string {
+	if d := os.Getenv("TIER0_NVME_AUTH_MODULES"); d != "" {
+		return d
+	}
+	root, err := vm.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "build", "vm", "nvme-auth-modules", kver)
+}
+
+// TestBuildNvmeAuthModules builds the modules described at buildAuthModules
+// (opt-in: TIER0_BUILD_NVME_AUTH=1, needs root and Debian's apt).
+func TestBuildNvmeAuthModules(t *testing.T) {
+	if os.Getenv("TIER0_BUILD_NVME_AUTH") != "1" {
+		t.Skip("opt-in: set TIER0_BUILD_NVME_AUTH=1 to download Debian's kernel source and build auth-capable NVMe host modules")
+	}
+	img := vm.Image(t)
+	out := authModulesDir(t, img.KVer)
+	work := filepath.Join(filepath.Dir(filepath.Dir(out)), "nvme-auth-build")
+	cmd := exec.Command("bash", "-c", buildAuthModules, "build", img.KVer, out, work)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the modules: %v\n%s", err, b)
+	}
+	t.Logf("%s", b[max(0, len(b)-300):])
+}
+
+// authModules returns the guest files and the script lines that load the
+// auth-capable modules, or nil when they are not built.
+func authModules(t *testing.T, kver string) (map[string][]byte, string) {
+	dir := authModulesDir(t, kver)
+	files := map[string][]byte{}
+	for _, n := range authModuleNames {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			return nil, ""
+		}
+		files["kmod/"+n] = b
+	}
+	// the stock modules' other dependencies (t10-pi, crc64 ...) first
+	load := `for m in $(modprobe --show-depends nvme-tcp | awk '$1=="insmod"{print $2}'); do
+    case $m in */nvme*) ;; *) insmod $m 2>/dev/null ;; esac
+done
+for m in nvme-common nvme-core nvme-fabrics nvme-tcp; do insmod /harness/kmod/$m.ko || exit 1; done
+echo "loaded NVMe host modules with CONFIG_NVME_AUTH"
+`
+	return files, load
+}
+
 // guestHasAuth reports whether the guest kernel's NVMe host was built with
 // CONFIG_NVME_AUTH (nvme_auth_negotiate is then a real, exported symbol).
 func guestHasAuth(t *testing.T, g *vm.Guest) (bool, string) {
@@ -89,7 +178,12 @@ func guestHasAuth(t *testing.T, g *vm.Guest) (bool, string) {
 // secret or none it is refused; a host NQN not on the allow-list is
 // refused; a host without a per-host secret connects as before.
 func TestFabricAuthGuest(t *testing.T) {
-	g := vm.Start(t, vm.Options{Script: "modprobe nvme-tcp || exit 1\necho ready > /harness/out/ready\n" + vm.ServeLoop,
+	img := vm.Image(t)
+	files, load := authModules(t, img.KVer)
+	if load == "" {
+		load = "modprobe nvme-tcp || exit 1\n"
+	}
+	g := vm.Start(t, vm.Options{Script: load + "echo ready > /harness/out/ready\n" + vm.ServeLoop, Files: files,
 		Append: "harness.hostid=" + authGuestID, Timeout: 8 * time.Minute})
 	if _, err := g.WaitFile("ready", 4*time.Minute); err != nil {
 		t.Fatal(err)
@@ -187,20 +281,24 @@ cmp /tmp/p /tmp/q && echo dd-verify-ok`
 	t.Run("dhchap", func(t *testing.T) {
 		if !has {
 			t.Skipf("guest kernel %s was built without CONFIG_NVME_AUTH (Debian 12's 6.1 kernel): its NVMe host cannot do DH-HMAC-CHAP, "+
-				"so only refusal of the unauthenticated host is checked here; tier0 host <-> tier0 target covers the exchange", kver)
+				"so only refusal of the unauthenticated host is checked here; build auth-capable modules with "+
+				"TIER0_BUILD_NVME_AUTH=1 go test ./test/fabric -run TestBuildNvmeAuthModules (see buildAuthModules)", kver)
 		}
 		t.Run("right-secret", func(t *testing.T) {
-			out, rc := run(connect(authNQN, "--dhchap-secret="+hostSecret) + " && " + ddVerify + "; rc=$?; nvme disconnect -n " + authNQN + "; exit $rc")
-			if rc != 0 || !strings.Contains(out, "dd-verify-ok") {
+			out, rc := run("dmesg -c >/dev/null; " + connect(authNQN, "--dhchap-secret="+hostSecret) + " && " + ddVerify +
+				"; rc=$?; nvme disconnect -n " + authNQN + "; dmesg | grep -i auth; exit $rc")
+			if rc != 0 || !strings.Contains(out, "dd-verify-ok") || !strings.Contains(out, "qid 0: authenticated") {
 				t.Fatalf("connect with the secret + dd verify: rc %d\n%s", rc, out)
 			}
+			t.Logf("%s", out)
 		})
 		t.Run("bidirectional", func(t *testing.T) {
-			out, rc := run(connect(authNQN, "--dhchap-secret="+hostSecret+" --dhchap-ctrl-secret="+ctrlSecret) + " && " + ddVerify +
-				"; rc=$?; nvme disconnect -n " + authNQN + "; exit $rc")
-			if rc != 0 || !strings.Contains(out, "dd-verify-ok") {
+			out, rc := run("dmesg -c >/dev/null; " + connect(authNQN, "--dhchap-secret="+hostSecret+" --dhchap-ctrl-secret="+ctrlSecret) + " && " + ddVerify +
+				"; rc=$?; nvme disconnect -n " + authNQN + "; dmesg | grep -i auth; exit $rc")
+			if rc != 0 || !strings.Contains(out, "dd-verify-ok") || !strings.Contains(out, "controller authenticated") {
 				t.Fatalf("bidirectional connect + dd verify: rc %d\n%s", rc, out)
 			}
+			t.Logf("%s", out)
 		})
 		t.Run("wrong-secret", func(t *testing.T) {
 			refused(t, "wrong host secret", connect(authNQN, "--dhchap-secret="+wrongSecret))
