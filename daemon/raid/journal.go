@@ -25,8 +25,9 @@ import (
 // makes the parity agree with whatever mix of old and new blocks reached
 // the modified chunks, so every chunk the write did not touch — including
 // a missing member's chunk, which only exists as parity — reads back
-// intact. Entries are replayed in sequence order; an entry is live until
-// a flush of all members after its write completed (the log tail).
+// intact. Of the live entries (an entry is live until a flush of all
+// members after its write completed: the log tail), only the newest of
+// each stripe is replayed; see replay.
 type journal struct {
 	a        *Array
 	off      int64
@@ -396,6 +397,23 @@ func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 		if s >= tail {
 			seqs = append(seqs, s)
 		}
+	}
+	slices.Sort(seqs)
+	// Only the newest live entry of each stripe can describe a write that
+	// was cut short: writes to a stripe are serialized by the stripe lock,
+	// and the data of a completed write is flushed before the next entry
+	// of its stripe is written. Older entries describe completed writes;
+	// replaying one would rewrite parity with the content their chunks had
+	// before later, acknowledged writes (and a later entry that cannot be
+	// applied, because a modified chunk's member is gone, would leave it
+	// so). So replay the newest entry per stripe only.
+	newest := map[uint64]uint64{}
+	for _, s := range seqs {
+		newest[entries[s].h.Stripe] = s // seqs ascend
+	}
+	seqs = seqs[:0]
+	for _, s := range newest {
+		seqs = append(seqs, s)
 	}
 	slices.Sort(seqs)
 	if debugf != nil {
