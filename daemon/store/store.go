@@ -170,7 +170,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: opts.StartTimeout,
-		Logger:      zap.NewNop(),
+		// gRPC keep-alive notices a silently partitioned endpoint (no
+		// RST) within seconds, so that lease renewals and RPCs move to a
+		// reachable member well inside the lease TTL.
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
 		Context:     context.WithoutCancel(ctx),
 	})
 	if err != nil {
