@@ -176,7 +176,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		DialKeepAliveTime:    time.Second,
 		DialKeepAliveTimeout: time.Second,
 		Logger:               zap.NewNop(),
-		Context:     context.WithoutCancel(ctx),
+		Context:              context.WithoutCancel(ctx),
 	})
 	if err != nil {
 		s.closeMember()
