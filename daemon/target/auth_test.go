@@ -3,6 +3,8 @@ package target
 import (
 	"bytes"
 	"errors"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -283,4 +285,56 @@ func TestDHCHAPConfigErrors(t *testing.T) {
 		}
 		tg.Close()
 	}
+}
+
+// FuzzAuthServeConn feeds arbitrary bytes as one connection of a host that
+// must authenticate (seeded with a Negotiate, Receives and a Reply). The
+// target must neither panic nor hang, nor open the queue without a valid
+// reply, and a bystander controller keeps working.
+func FuzzAuthServeConn(f *testing.F) {
+	secret := nvme.DHCHAPKey{Key: make([]byte, 32)}.String()
+	adm := nvme.ConnectData{HostID: testHostID2, CntlID: 0xFFFF, SubNQN: testSubNQN, HostNQN: testHostNQN2}
+	neg := nvme.AuthNegotiate{TID: 1, Protocols: []nvme.DHCHAPProtocol{{AuthID: 1, Hashes: nvme.AllHashes, DHGroups: nvme.AllDHGroups}}}.Append(nil)
+	recv := nvme.DHCHAPAuthCmd(false, 4096).SQE(3)
+	recv.DPTR = nvme.SGL{Length: 4096, Type: nvme.SGLTypeTransport}
+	reply := nvme.AuthReply{TID: 1, R: make([]byte, 32), DHV: make([]byte, 256)}.Append(nil)
+	b := nvme.ICReq{}.Append(nil)
+	b = append(b, capsule(nvme.ConnectCmd{SQSize: 31}.SQE(1), adm.Append(nil), 0)...)
+	b = append(b, capsule(nvme.DHCHAPAuthCmd(true, len(neg)).SQE(2), neg, 0)...)
+	b = append(b, capsule(recv, nil, 0)...)
+	b = append(b, capsule(nvme.DHCHAPAuthCmd(true, len(reply)).SQE(4), reply, 0)...)
+	recv.CID = 5
+	b = append(b, capsule(recv, nil, 0)...)
+	b = append(b, capsule(nvme.IdentifyCmd{CNS: nvme.CNSController}.SQE(6), nil, 0)...)
+	f.Add(b)
+	f.Add(b[:len(b)-200])
+	old := connectTimeout
+	connectTimeout = 2 * time.Second
+	f.Cleanup(func() { connectTimeout = old })
+	tg, addr := newTarget(f, Config{KeepAliveSweep: time.Hour, MaxDataTransfer: 64 << 10, InlineDataSize: 4096}, nil)
+	if err := tg.SetDHCHAP(testSubNQN, DHCHAPConfig{Hosts: map[string]DHCHAPSecrets{testHostNQN2: {HostSecret: secret}}}); err != nil {
+		f.Fatal(err)
+	}
+	by, _ := adminConnect(f, addr, 0, testHostNQN, testHostID)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		client, server := net.Pipe()
+		done := make(chan struct{})
+		go func() {
+			tg.ServeConn(server)
+			close(done)
+		}()
+		go func() { _, _ = io.Copy(io.Discard, client) }()
+		_ = client.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		_, _ = client.Write(in)
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("ServeConn did not return after the host closed the connection")
+		}
+		by.t = t
+		if r, err := by.try(nvme.SQE{Opcode: nvme.AdminKeepAlive}, nil, false); err != nil || !r.cqe.Status.OK() {
+			t.Fatalf("bystander controller broken: %v %v", r.cqe.Status, err)
+		}
+	})
 }
