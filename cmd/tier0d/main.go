@@ -27,19 +27,20 @@ func main() {
 	level := flag.String("log-level", "info", "log level: debug, info, warn, error")
 	tokenFile := flag.String("token-file", "", "file holding the bearer token for mutating API calls (also TIER0_TOKEN)")
 	tick := flag.Duration("tick", 500*time.Millisecond, "control plane state machine tick")
+	join := flag.Bool("etcd-join-existing", false, "start this node's embedded etcd member as a replacement joining the running cluster (after `etcdctl member add`; see docs/CONTROL-PLANE.md)")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *showVersion {
 		fmt.Println("tier0d", version.String())
 		return
 	}
-	if err := run(*site, *name, *level, *tokenFile, *tick); err != nil {
+	if err := run(*site, *name, *level, *tokenFile, *tick, *join); err != nil {
 		fmt.Fprintln(os.Stderr, "tier0d:", err)
 		os.Exit(1)
 	}
 }
 
-func run(site, name, level, tokenFile string, tick time.Duration) error {
+func run(site, name, level, tokenFile string, tick time.Duration, join bool) error {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
@@ -64,7 +65,7 @@ func run(site, name, level, tokenFile string, tick time.Duration) error {
 		token = strings.TrimSpace(string(b))
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
-	n, err := node.New(node.Options{Config: cfg, Name: name, Logger: log, Tick: tick, Token: token})
+	n, err := node.New(node.Options{Config: cfg, Name: name, Logger: log, Tick: tick, Token: token, JoinExisting: join})
 	if err != nil {
 		return err
 	}

@@ -17,10 +17,11 @@ import (
 
 // observedArray is what an owner publishes about a running array.
 type observedArray struct {
-	Owner  string      `json:"owner"`
-	Epoch  uint64      `json:"epoch"`
-	Status raid.Status `json:"status"`
-	Time   time.Time   `json:"time"`
+	Owner   string      `json:"owner"`
+	Epoch   uint64      `json:"epoch"`
+	Serving bool        `json:"serving"` // ANA optimized here at Epoch
+	Status  raid.Status `json:"status"`
+	Time    time.Time   `json:"time"`
 }
 
 func (n *Node) startAPI(ctx context.Context) error {
@@ -57,8 +58,14 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// apiTimeout bounds every store read an API call makes, so that a node cut
+// off from the etcd quorum answers 503 instead of hanging.
+const apiTimeout = 3 * time.Second
+
 func (n *Node) view(ctx context.Context) (clusterView, error) {
 	var v clusterView
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
 	if n.st == nil {
 		return v, fmt.Errorf("store not open yet: %w", api.ErrUnavailable)
 	}
@@ -111,6 +118,8 @@ func (n *Node) Array(ctx context.Context, name string) (api.Array, error) {
 
 // Events implements api.Backend.
 func (n *Node) Events(ctx context.Context, after int64, limit int) ([]api.Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
 	evs, err := n.st.Events(ctx, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w", err, api.ErrUnavailable)
@@ -174,6 +183,8 @@ func (n *Node) knownNode(node string) error {
 
 // Drain implements api.Backend.
 func (n *Node) Drain(ctx context.Context, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
 	if err := n.knownNode(node); err != nil {
 		return err
 	}
@@ -186,6 +197,8 @@ func (n *Node) Drain(ctx context.Context, node string) error {
 
 // Undrain implements api.Backend.
 func (n *Node) Undrain(ctx context.Context, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
 	if err := n.knownNode(node); err != nil {
 		return err
 	}

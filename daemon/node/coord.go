@@ -91,46 +91,12 @@ func (n *Node) coordinate(ctx context.Context) error {
 			n.log.Warn("state machine refused an event", "event", fmt.Sprintf("%T", ev), "err", err)
 		}
 	}
-	for _, c := range n.cfg.Nodes {
-		var drives []string
-		for _, d := range c.Drives {
-			drives = append(drives, d.Name)
-		}
-		step(cluster.NodeJoined{Node: c.Name, Domain: c.Domain, Drives: drives})
+	evs, err := n.restoreEvents(ctx, alive)
+	if err != nil {
+		return err
 	}
-	for _, a := range n.cfg.Arrays {
-		lvl, err := cluster.ParseLevel(a.Level)
-		if err != nil {
-			n.log.Warn("array not managed by the failover machine", "array", a.Name, "err", err)
-			continue
-		}
-		var ms []cluster.MemberSpec
-		for _, d := range a.Members {
-			node, _, _ := n.cfg.Drive(d)
-			ms = append(ms, cluster.MemberSpec{Drive: d, Node: node.Name})
-		}
-		step(cluster.ArrayDefined{Name: a.Name, Level: lvl, Home: a.Home, Members: ms})
-	}
-	for _, a := range n.cfg.Arrays {
-		own, err := n.st.Ownership(ctx, a.Name)
-		if err != nil || own.Epoch == 0 {
-			continue
-		}
-		step(cluster.OwnershipAcquired{Array: a.Name, Node: own.Owner, Epoch: own.Epoch})
-		if _, ok := alive[own.Owner]; ok {
-			step(cluster.FenceDone{Array: a.Name, Node: own.Owner, Epoch: own.Epoch})
-		}
-	}
-	for _, c := range n.cfg.Nodes {
-		if _, ok := alive[c.Name]; !ok {
-			step(cluster.LeaseExpired{Node: c.Name})
-		}
-	}
-	// Drains requested earlier stay in force.
-	if drains, err := n.st.List(ctx, store.Desired, "drain"); err == nil {
-		for name := range drains {
-			step(cluster.DrainRequested{Node: name})
-		}
+	if err := m.Restore(evs); err != nil {
+		return fmt.Errorf("rebuild the state machine from the store: %w", err)
 	}
 	n.dispatch(ctx, m)
 
@@ -199,6 +165,73 @@ func (n *Node) liveNodes(ctx context.Context) (map[string]store.NodeInfo, int64,
 	return out, resp.Header.Revision, nil
 }
 
+// restoreEvents reads what the store records — nodes and their leases,
+// arrays, ownership, what each owner reports serving, member states of the
+// last published view, drains — as events for Machine.Restore.
+func (n *Node) restoreEvents(ctx context.Context, alive map[string]store.NodeInfo) ([]cluster.Event, error) {
+	var evs []cluster.Event
+	for _, c := range n.cfg.Nodes {
+		var drives []string
+		for _, d := range c.Drives {
+			drives = append(drives, d.Name)
+		}
+		evs = append(evs, cluster.NodeJoined{Node: c.Name, Domain: c.Domain, Drives: drives})
+	}
+	for _, a := range n.cfg.Arrays {
+		lvl, err := cluster.ParseLevel(a.Level)
+		if err != nil {
+			n.log.Warn("array not managed by the failover machine", "array", a.Name, "err", err)
+			continue
+		}
+		var ms []cluster.MemberSpec
+		for _, d := range a.Members {
+			node, _, _ := n.cfg.Drive(d)
+			ms = append(ms, cluster.MemberSpec{Drive: d, Node: node.Name})
+		}
+		evs = append(evs, cluster.ArrayDefined{Name: a.Name, Level: lvl, Home: a.Home, Members: ms})
+	}
+	var last clusterView
+	_, _ = n.st.Get(ctx, store.Observed, "cluster", "view", &last)
+	for _, a := range n.cfg.Arrays {
+		if _, err := cluster.ParseLevel(a.Level); err != nil {
+			continue
+		}
+		own, err := n.st.Ownership(ctx, a.Name)
+		if err != nil {
+			return nil, err
+		}
+		if own.Epoch == 0 {
+			continue
+		}
+		ev := cluster.ArrayObserved{Array: a.Name, Owner: own.Owner, Epoch: own.Epoch, Members: map[string]cluster.MemberState{}}
+		var obs observedArray
+		if _, err := n.st.Get(ctx, store.Observed, "arrays", a.Name, &obs); err == nil {
+			_, up := alive[own.Owner]
+			ev.Serving = up && obs.Serving && obs.Owner == own.Owner && obs.Epoch == own.Epoch &&
+				time.Since(obs.Time) < 3*n.cfg.Policies.LeaseTTL.D()+3*time.Second
+		}
+		for _, av := range last.Arrays {
+			if av.Name == a.Name {
+				for _, mv := range av.Members {
+					ev.Members[mv.Drive] = mv.State
+				}
+			}
+		}
+		evs = append(evs, ev)
+	}
+	for _, c := range n.cfg.Nodes {
+		if _, ok := alive[c.Name]; !ok {
+			evs = append(evs, cluster.LeaseExpired{Node: c.Name})
+		}
+	}
+	if drains, err := n.st.List(ctx, store.Desired, "drain"); err == nil {
+		for name := range drains {
+			evs = append(evs, cluster.DrainRequested{Node: name})
+		}
+	}
+	return evs, nil
+}
+
 func (n *Node) anyOwnership(ctx context.Context) bool {
 	for _, a := range n.cfg.Arrays {
 		if own, err := n.st.Ownership(ctx, a.Name); err == nil && own.Epoch > 0 {
@@ -219,6 +252,7 @@ func (n *Node) dispatch(ctx context.Context, m *cluster.Machine) {
 			if a.Kind == "failover" || a.Kind == "handoff" {
 				ev.Duration = (time.Duration(a.Ticks) * n.opts.Tick).Seconds()
 			}
+			n.metrics.ObserveRecord(a, n.opts.Tick)
 			if _, err := n.st.AppendEvent(ctx, ev); err != nil {
 				n.log.Warn("event log append failed", "err", err)
 			}

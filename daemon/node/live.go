@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"tier0/daemon/nvme"
 	"tier0/daemon/store"
 	"tier0/slurm-plugin/hooks"
 	"tier0/slurm-plugin/slurm"
@@ -75,7 +76,7 @@ func (n *Node) housekeeping(ctx context.Context) {
 		n.mu.Unlock()
 		for _, s := range arrays {
 			s.mu.Lock()
-			arr, epoch := s.array, s.epoch
+			arr, epoch, serving := s.array, s.epoch, s.ana == nvme.ANAOptimized
 			s.mu.Unlock()
 			owned := 0.0
 			if arr != nil {
@@ -86,7 +87,7 @@ func (n *Node) housekeeping(ctx context.Context) {
 					}
 				}
 				st := arr.Status()
-				_, _ = n.st.Put(ctx, store.Observed, "arrays", s.cfg.Name, observedArray{Owner: n.me.Name, Epoch: epoch, Status: st, Time: time.Now()})
+				_, _ = n.st.Put(ctx, store.Observed, "arrays", s.cfg.Name, observedArray{Owner: n.me.Name, Epoch: epoch, Serving: serving, Status: st, Time: time.Now()})
 				n.metrics.Epoch.WithLabelValues(s.cfg.Name).Set(float64(epoch))
 				if st.Progress.Total > 0 && st.Task != "" {
 					n.metrics.RebuildRate.WithLabelValues(s.cfg.Name).Set(st.Progress.Rate)
@@ -96,6 +97,9 @@ func (n *Node) housekeeping(ctx context.Context) {
 		}
 		if alive, err := n.st.Nodes(ctx); err == nil {
 			n.metrics.NodesUp.Set(float64(len(alive)))
+		}
+		if v, err := n.view(ctx); err == nil {
+			n.metrics.SetArrays(n.me.Name, v.Arrays)
 		}
 	}
 }

@@ -49,6 +49,9 @@ type Options struct {
 	Tick time.Duration
 	// Token authorizes mutating API calls; empty disables them.
 	Token string
+	// JoinExisting starts this node's embedded etcd member as a new
+	// member of a running cluster (replacing a dead voting member).
+	JoinExisting bool
 }
 
 // Node is one running tier0d.
@@ -196,6 +199,7 @@ func (n *Node) openStore(ctx context.Context) (*store.Store, error) {
 		Prefix:       "/tier0/" + n.cfg.Cluster + "/",
 		Logger:       n.log.With("layer", "store"),
 		StartTimeout: 60 * time.Second,
+		JoinExisting: n.opts.JoinExisting,
 	}
 	if len(ec.Endpoints) == 0 {
 		for _, p := range n.cfg.EtcdPeers() {

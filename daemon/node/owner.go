@@ -352,6 +352,10 @@ func (n *Node) doSetANA(ctx context.Context, a cluster.SetANA) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a.State == cluster.ANAOptimized {
+		if a.Epoch != 0 && a.Epoch != s.epoch {
+			n.log.Warn("refusing optimized ANA state for another epoch", "array", a.Array, "asked", a.Epoch, "running", s.epoch)
+			return
+		}
 		if s.array == nil || n.isFenced() {
 			n.log.Warn("refusing optimized ANA state: the array is not running here", "array", a.Array)
 			return
@@ -403,7 +407,7 @@ func (n *Node) doRepair(ctx context.Context, array, member string, full bool) {
 	}
 	st := s.array.Status()
 	if i < len(st.Members) && st.Members[i].State == "active" {
-		n.sendReport(report{Kind: map[bool]string{false: "resync-done", true: "rebuild-done"}[full], Array: array, Member: member})
+		n.sendReport(report{Kind: map[bool]string{false: "resync-done", true: "rebuild-done"}[full], Array: array, Member: member, Epoch: s.epoch})
 		return
 	}
 	s.dropMember(i)
@@ -450,14 +454,22 @@ func (s *served) onEvent(ev raid.Event) {
 			if kind == "resync" || (kind == "" && ev.Kind == raid.ResyncDone) {
 				r = "resync-done"
 			}
+			s.mu.Lock()
+			epoch := s.epoch
+			s.mu.Unlock()
 			if member != "" {
-				s.n.sendReport(report{Kind: r, Array: s.cfg.Name, Member: member})
+				s.n.sendReport(report{Kind: r, Array: s.cfg.Name, Member: member, Epoch: epoch})
 			}
 		}()
 	case raid.RebuildProgress, raid.ResyncProgress:
 		if member != "" && ev.Total > 0 {
 			pct := int(ev.Done * 100 / ev.Total)
-			go s.n.sendReport(report{Kind: "progress", Array: s.cfg.Name, Member: member, Percent: pct})
+			go func() {
+				s.mu.Lock()
+				epoch := s.epoch
+				s.mu.Unlock()
+				s.n.sendReport(report{Kind: "progress", Array: s.cfg.Name, Member: member, Percent: pct, Epoch: epoch})
+			}()
 		}
 	case raid.Fenced:
 		// A member refused our writes: another node owns the array now.

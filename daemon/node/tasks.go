@@ -56,11 +56,11 @@ func (r report) event() (cluster.Event, error) {
 	case "released":
 		return cluster.Released{Array: r.Array, Node: r.Node, Epoch: r.Epoch}, nil
 	case "resync-done":
-		return cluster.ResyncDone{Array: r.Array, Member: r.Member}, nil
+		return cluster.ResyncDone{Array: r.Array, Member: r.Member, Epoch: r.Epoch}, nil
 	case "rebuild-done":
-		return cluster.RebuildDone{Array: r.Array, Member: r.Member}, nil
+		return cluster.RebuildDone{Array: r.Array, Member: r.Member, Epoch: r.Epoch}, nil
 	case "progress":
-		return cluster.RebuildProgress{Array: r.Array, Member: r.Member, Percent: r.Percent}, nil
+		return cluster.RebuildProgress{Array: r.Array, Member: r.Member, Percent: r.Percent, Epoch: r.Epoch}, nil
 	case "member-failed":
 		return cluster.MemberFailed{Array: r.Array, Member: r.Member}, nil
 	case "drain":
