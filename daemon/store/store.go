@@ -174,7 +174,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// RST) within seconds, so that lease renewals and RPCs move to a
 		// reachable member well inside the lease TTL.
 		DialKeepAliveTime:    time.Second,
-		DialKeepAliveTimeout: time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
 		Logger:               zap.NewNop(),
 		Context:              context.WithoutCancel(ctx),
 	})
