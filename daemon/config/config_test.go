@@ -146,7 +146,7 @@ func TestSiteConfigs(t *testing.T) {
 		t.Fatalf("C3 = %+v, want path under $TIER0_WORK and 64MiB", d)
 	}
 	peers := c.EtcdPeers()
-	if len(peers) != 3 || peers[1].ClientURL != "http://127.0.0.1:12389" {
+	if len(peers) != 3 || peers[1].ClientURL != "http://127.0.0.1:12399" || peers[2].Node != "E" {
 		t.Fatalf("etcd peers %+v", peers)
 	}
 	if c.Policies.LeaseTTL.D() != 3*time.Second {
