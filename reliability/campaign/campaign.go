@@ -245,6 +245,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	res := Result{Site: o.Site, Seed: o.Seed}
+	for _, f := range o.Faults {
+		if !slices.Contains(AllFaults, f) && f != PartitionOwner {
+			return res, fmt.Errorf("fault %q unknown; expected one of %s", f, strings.Join(AllFaults, ", "))
+		}
+	}
 	e := &env{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x7469657230)), start: time.Now(), log: o.Logger, out: o.Out}
 	c, err := StartLocal(ctx, LocalOptions{Site: o.Site, Binary: o.Binary, Workdir: o.Workdir, PortShift: o.PortShift, Netns: o.Netns, Logger: o.Logger})
 	if err != nil {
