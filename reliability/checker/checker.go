@@ -186,9 +186,13 @@ func New(targets []Target, opts Options) (*Checker, error) {
 type Progress struct {
 	// Issued writes, Acked (acknowledged) ones, Failed ones (returned an
 	// error: outcome unknown) and InFlight ones (issued, not returned).
-	Issued, Acked, Failed, InFlight int64
+	Issued   int64 `json:"issued"`
+	Acked    int64 `json:"acked"`
+	Failed   int64 `json:"failed"`
+	InFlight int64 `json:"in_flight"`
 	// Reads checked online and read errors.
-	Reads, ReadErrors int64
+	Reads      int64 `json:"reads"`
+	ReadErrors int64 `json:"read_errors"`
 }
 
 // Progress returns the counters now. Taken when a fault is injected, its
