@@ -18,6 +18,14 @@ var (
 	buildErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // tier0d builds the daemon once per test binary.
 func tier0d(t *testing.T) string {
 	t.Helper()
