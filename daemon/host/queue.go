@@ -35,6 +35,11 @@ type slot struct {
 	dd     [nvme.DigestLen]byte // in-capsule data digest
 	rcvd   int                  // bytes of C2HData received
 	active bool                 // guarded by queue.rmu
+	// h2c counts R2Ts of this command queued for or being answered by
+	// the sender goroutine; wait returns only after it drops to zero, so
+	// the caller never gets its buffer back while it is still being read
+	// (a completion or a connection failure can overtake the sender).
+	h2c sync.WaitGroup
 }
 
 // queue is one NVMe/TCP connection: the admin queue (qid 0) or an I/O
@@ -76,6 +81,7 @@ type queue struct {
 type r2tReq struct {
 	wbuf []byte // the command's data, captured while it is in flight
 	r    nvme.R2T
+	s    *slot // its h2c count is released once the R2T is answered
 }
 
 // dialQueue connects one queue: TCP connect, ICReq/ICResp exchange, start
@@ -287,6 +293,7 @@ func (q *queue) start(c *cmd, flush bool) (uint16, error) {
 func (q *queue) wait(cid uint16) (nvme.CQE, error) {
 	s := &q.slots[cid]
 	<-s.done
+	s.h2c.Wait()
 	cqe, err := s.cqe, s.err
 	s.rbuf, s.wbuf = nil, nil
 	s.start.Store(0)
@@ -436,9 +443,11 @@ func (q *queue) read() error {
 			if uint64(r.Offset)+uint64(r.Length) > uint64(len(s.wbuf)) || r.Length == 0 {
 				return fmt.Errorf("R2T cid %d: offset %d length %d outside the %d-byte write", r.CID, r.Offset, r.Length, len(s.wbuf))
 			}
+			s.h2c.Add(1)
 			select {
-			case q.r2t <- r2tReq{wbuf: s.wbuf, r: r}:
+			case q.r2t <- r2tReq{wbuf: s.wbuf, r: r, s: s}:
 			default:
+				s.h2c.Done()
 				return fmt.Errorf("R2T cid %d: more R2Ts outstanding than commands in flight", r.CID)
 			}
 		case nvme.PDUC2HTermReq:
@@ -458,10 +467,27 @@ func (q *queue) read() error {
 // h2cLoop answers R2Ts until the queue dies.
 func (q *queue) h2cLoop() {
 	defer close(q.h2cDone)
+	// On the way out, release the R2Ts still queued: their commands fail
+	// with the connection, and their buffers must not be read any more.
+	defer func() {
+		for {
+			select {
+			case req := <-q.r2t:
+				req.s.h2c.Done()
+			default:
+				return
+			}
+		}
+	}()
 	for {
 		select {
 		case req := <-q.r2t:
-			if err := q.sendH2C(req.wbuf, req.r); err != nil {
+			var err error
+			if !q.isDead() {
+				err = q.sendH2C(req.wbuf, req.r)
+			}
+			req.s.h2c.Done()
+			if err != nil {
 				q.fail(fmt.Errorf("sending H2CData: %w", err))
 				return
 			}
