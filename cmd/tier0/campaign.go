@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tier0/daemon/config"
 	"tier0/reliability/campaign"
 )
 
@@ -32,7 +33,8 @@ func (e campaignExit) ExitCode() int { return e.code }
 func init() {
 	var (
 		site, work, tier0d, faults, logLevel string
-		local, short, keep                   bool
+		local, short, keep, netns            bool
+		inHub                                string
 		duration, bound, pace                time.Duration
 		seed                                 uint64
 		units, portShift                     int
@@ -50,6 +52,11 @@ while it resyncs a returned member, of an etcd peer, two nodes at once
 every array must be back active and optimal within --bound. At the end
 every block is verified: it must hold its newest acknowledged write (or a
 newer one that was in flight), never older, never torn.
+
+--netns (root) runs every node in its own network namespace behind a
+bridge (node addresses from the site, e.g.
+reliability/campaign/testdata/netns5.yaml) and adds the partition-owner
+fault: the owner's link goes down until another node serves its array.
 
 --short runs two faults (kill-owner, freeze-owner; kill-two on RAID-6
 sites); the default runs every fault once; --duration repeats random faults
@@ -95,6 +102,16 @@ the campaigns and the figures.`,
 				o.Faults = strings.Split(faults, ",")
 			}
 			o.Short = short
+			if netns || inHub != "" {
+				addrs := map[string]string{}
+				for _, n := range cfgNodesAddrs(site) {
+					addrs[n[0]] = n[1]
+				}
+				if inHub == "" {
+					return campaignInNetns(cmd, addrs)
+				}
+				o.Netns = campaign.NetnsFor(inHub, addrs)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			res, err := campaign.Run(ctx, o)
@@ -134,6 +151,9 @@ the campaigns and the figures.`,
 	f.IntVar(&portShift, "port-shift", 0, "add this to every port of the site (to run beside another local cluster)")
 	f.StringVar(&tier0d, "tier0d", "", "tier0d binary (default: next to tier0, then $PATH)")
 	f.StringVar(&logLevel, "log-level", "error", "log level of the campaign's own log on stderr")
+	f.BoolVar(&netns, "netns", false, "run the nodes in network namespaces (root) and enable the partition-owner fault")
+	f.StringVar(&inHub, "in-hub", "", "internal: running inside the hub namespace of this prefix")
+	_ = f.MarkHidden("in-hub")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -157,4 +177,55 @@ func campaignTier0d(flag string) (string, error) {
 		return "", errors.New("tier0d not found next to tier0 nor on $PATH; run `make build` or pass --tier0d")
 	}
 	return p, nil
+}
+
+// cfgNodesAddrs lists (node, address) of a site file.
+func cfgNodesAddrs(site string) [][2]string {
+	cfg, err := config.Load(site)
+	if err != nil {
+		return nil
+	}
+	var out [][2]string
+	for _, n := range cfg.Nodes {
+		out = append(out, [2]string{n.Name, n.Address})
+	}
+	return out
+}
+
+// campaignInNetns creates the namespaces, runs this same command again
+// inside the hub namespace, and deletes them afterwards.
+func campaignInNetns(cmd *cobra.Command, addrs map[string]string) error {
+	if os.Geteuid() != 0 {
+		return campaignExit{errors.New("--netns needs root to create network namespaces"), 2}
+	}
+	if len(addrs) == 0 {
+		return campaignExit{errors.New("--netns: the site lists no node addresses"), 2}
+	}
+	prefix := fmt.Sprintf("t0c%d", os.Getpid()%100000)
+	nn, err := campaign.SetupNetns(prefix, addrs)
+	if err != nil {
+		return campaignExit{fmt.Errorf("--netns: %w", err), 2}
+	}
+	defer nn.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return campaignExit{err, 2}
+	}
+	var args []string
+	for _, a := range os.Args[1:] {
+		if a != "--netns" && a != "--netns=true" {
+			args = append(args, a)
+		}
+	}
+	args = append([]string{"netns", "exec", nn.Hub, exe}, append(args, "--in-hub", prefix)...)
+	c := exec.Command("ip", args...)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if err := c.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return campaignExit{fmt.Errorf("campaign in namespace %s: %w", nn.Hub, err), ee.ExitCode()}
+		}
+		return campaignExit{err, 2}
+	}
+	return nil
 }

@@ -68,7 +68,8 @@ type Options struct {
 	// itself must run in Netns.Hub.
 	Netns *Netns
 	// Short, with Faults empty, runs two faults: kill-owner and
-	// freeze-owner, or kill-two and freeze-owner on an all-RAID-6 site.
+	// freeze-owner, or kill-two and freeze-owner on an all-RAID-6 site
+	// (partition-owner instead of freeze-owner with Netns).
 	Short bool
 	// Duration, when set, repeats random faults from Faults until it
 	// has passed (the soak form); the last fault always recovers.
@@ -264,6 +265,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if e.allParity(2) {
 			faults = []string{KillTwo, FreezeOwner}
 		}
+		if o.Netns != nil {
+			faults[1] = PartitionOwner
+		}
 	}
 	if len(faults) == 0 {
 		for _, f := range AllFaults {
@@ -271,6 +275,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				continue
 			}
 			faults = append(faults, f)
+		}
+		if o.Netns != nil {
+			faults = append(faults, PartitionOwner)
 		}
 	}
 	for _, f := range faults {
