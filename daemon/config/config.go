@@ -13,6 +13,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -149,6 +150,28 @@ type Fabric struct {
 	// AllowHosts lists host NQNs allowed to connect; empty allows any
 	// (on the backend, the cluster's own nodes are always allowed).
 	AllowHosts []string `mapstructure:"allow_hosts" json:"allow_hosts,omitempty"`
+	// DHCHAPSecret turns on NVMe in-band authentication (DH-HMAC-CHAP):
+	// every host must prove it knows this secret ("DHHC-1:..:" as
+	// `nvme gen-dhchap-key` prints it, or "file:PATH" to a file holding
+	// it). On the backend the nodes themselves use it as hosts.
+	DHCHAPSecret string `mapstructure:"dhchap_secret" json:"-"`
+	// DHCHAPCtrlSecret makes the authentication bidirectional: the
+	// controller proves it knows this secret too.
+	DHCHAPCtrlSecret string `mapstructure:"dhchap_ctrl_secret" json:"-"`
+}
+
+// Secret resolves a secret setting: "file:PATH" reads the file (trimmed);
+// anything else is the secret itself.
+func Secret(v string) (string, error) {
+	p, ok := strings.CutPrefix(v, "file:")
+	if !ok {
+		return v, nil
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("secret file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // ControlPlane says where cluster state lives.

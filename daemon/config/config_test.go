@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -190,5 +191,26 @@ func TestParseSize(t *testing.T) {
 	}
 	if s := Size(64 << 20).String(); s != "64MiB" {
 		t.Errorf("String = %s", s)
+	}
+}
+
+func TestDHCHAPSecretValidation(t *testing.T) {
+	base, err := os.ReadFile("../../site-configs/local-5node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(string(base), "frontend: {queues: 2, queue_depth: 64}",
+		`frontend: {queues: 2, queue_depth: 64, dhchap_secret: "DHHC-1:00:notbase64secret:", dhchap_ctrl_secret: "file:/x"}`, 1)
+	_, err = Parse("site.yaml", []byte(bad))
+	if err == nil || !strings.Contains(err.Error(), "fabrics.frontend.dhchap_secret: not a valid DH-HMAC-CHAP secret") {
+		t.Fatalf("bad secret accepted or unclear: %v", err)
+	}
+	if strings.Contains(err.Error(), "notbase64") {
+		t.Fatalf("the error repeats the secret: %v", err)
+	}
+	good := strings.Replace(string(base), "frontend: {queues: 2, queue_depth: 64}",
+		`frontend: {queues: 2, queue_depth: 64, dhchap_ctrl_secret: "file:/x"}`, 1)
+	if _, err := Parse("site.yaml", []byte(good)); err == nil || !strings.Contains(err.Error(), "without dhchap_secret") {
+		t.Fatalf("controller secret without host secret: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"tier0/daemon/nvme"
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -303,6 +304,18 @@ func (c *Config) validate(earlier []Problem) error {
 			if !strings.HasPrefix(h, "nqn.") {
 				k.add(fmt.Sprintf("%s.allow_hosts[%d]", fk, i), "%q is not an NQN; expected e.g. nqn.2014-08.org.nvmexpress:uuid:...", h)
 			}
+		}
+		for key, v := range map[string]string{"dhchap_secret": f.f.DHCHAPSecret, "dhchap_ctrl_secret": f.f.DHCHAPCtrlSecret} {
+			if v == "" || strings.HasPrefix(v, "file:") {
+				continue
+			}
+			if _, err := nvme.ParseDHCHAPSecret(v); err != nil {
+				// The message never repeats any of the secret.
+				k.add(fk+"."+key, "not a valid DH-HMAC-CHAP secret (wrong format, length or checksum); expected DHHC-1:<hash>:<base64>: as `nvme gen-dhchap-key` prints it, or file:PATH")
+			}
+		}
+		if f.f.DHCHAPCtrlSecret != "" && f.f.DHCHAPSecret == "" {
+			k.add(fk+".dhchap_ctrl_secret", "set without dhchap_secret; bidirectional authentication needs the host secret too")
 		}
 	}
 	p := c.Policies

@@ -8,6 +8,7 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/blockdev/local"
+	"tier0/daemon/config"
 	"tier0/daemon/discover"
 	"tier0/daemon/target"
 )
@@ -69,10 +70,14 @@ func (n *Node) startBackend() error {
 		hosts = append(hosts, hostNQN(n.cfg, o.Name))
 	}
 	hosts = append(hosts, n.cfg.Fabrics.Backend.AllowHosts...)
+	auth, err := dhchap(n.cfg.Fabrics.Backend)
+	if err != nil {
+		return fmt.Errorf("fabrics.backend: %w", err)
+	}
 	for _, d := range n.me.Drives {
 		dev := n.drives[d.Name]
 		nqn := n.cfg.DriveNQN(d.Name)
-		if err := t.AddSubsystem(target.SubsystemConfig{NQN: nqn, Model: "tier0 drive " + d.Name, AllowedHosts: hosts}); err != nil {
+		if err := t.AddSubsystem(target.SubsystemConfig{NQN: nqn, Model: "tier0 drive " + d.Name, AllowedHosts: hosts, DHCHAP: auth}); err != nil {
 			return fmt.Errorf("backend subsystem %s: %w", nqn, err)
 		}
 		shares := max(1, len(n.cfg.DriveShares(d.Name)))
@@ -162,3 +167,16 @@ func (p *part) Discard(off, length int64) error {
 }
 
 func (p *part) Close() error { return nil }
+
+// dhchap is the target's DH-HMAC-CHAP setting for a fabric (zero: off).
+func dhchap(f config.Fabric) (target.DHCHAPConfig, error) {
+	host, err := config.Secret(f.DHCHAPSecret)
+	if err != nil {
+		return target.DHCHAPConfig{}, err
+	}
+	ctrl, err := config.Secret(f.DHCHAPCtrlSecret)
+	if err != nil {
+		return target.DHCHAPConfig{}, err
+	}
+	return target.DHCHAPConfig{HostSecret: host, CtrlSecret: ctrl}, nil
+}

@@ -138,6 +138,10 @@ func (n *Node) startFrontend(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("frontend target: %w", err)
 	}
+	auth, err := dhchap(n.cfg.Fabrics.Frontend)
+	if err != nil {
+		return fmt.Errorf("fabrics.frontend: %w", err)
+	}
 	for i := range n.cfg.Arrays {
 		a := &n.cfg.Arrays[i]
 		size, bs, err := n.plannedSize(a)
@@ -157,6 +161,7 @@ func (n *Node) startFrontend(ctx context.Context) error {
 			NQN:       s.nqn,
 			Model:     "tier0 array " + a.Name,
 			ANAStates: map[uint32]nvme.ANAState{anaGroup: nvme.ANAInaccessible},
+			DHCHAP:    auth,
 		}
 		if len(n.cfg.Fabrics.Frontend.AllowHosts) > 0 {
 			sc.AllowedHosts = n.cfg.Fabrics.Frontend.AllowHosts

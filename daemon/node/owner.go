@@ -10,6 +10,7 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/cluster"
+	"tier0/daemon/config"
 	"tier0/daemon/host"
 	"tier0/daemon/nvme"
 	"tier0/daemon/raid"
@@ -37,22 +38,32 @@ func (n *Node) dialMember(ctx context.Context, arrayName, drive string) (*host.C
 	}
 	nsid := uint32(max(1, slices.Index(n.cfg.DriveShares(drive), arrayName)+1))
 	f := n.cfg.Fabrics.Backend
+	secret, err := config.Secret(f.DHCHAPSecret)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fabrics.backend.dhchap_secret: %w", err)
+	}
+	ctrlSecret, err := config.Secret(f.DHCHAPCtrlSecret)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fabrics.backend.dhchap_ctrl_secret: %w", err)
+	}
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	c, err := host.Dial(dctx, node.AdvertiseAddr(node.Backend), host.Options{
-		SubNQN:          n.cfg.DriveNQN(drive),
-		HostNQN:         hostNQN(n.cfg, n.me.Name),
-		HostID:          hostID(n.cfg, n.me.Name),
-		IOQueues:        max(1, f.Queues),
-		QueueDepth:      max(16, f.QueueDepth),
-		HeaderDigest:    f.HeaderDigest,
-		DataDigest:      f.DataDigest,
-		KATO:            5 * time.Second,
-		IOTimeout:       n.cfg.Policies.MemberIOTimeout.D(),
-		DialTimeout:     2 * time.Second,
-		ReconnectDelay:  200 * time.Millisecond,
-		CtrlLossTimeout: time.Second,
-		Logger:          n.log.With("member", drive),
+		SubNQN:           n.cfg.DriveNQN(drive),
+		HostNQN:          hostNQN(n.cfg, n.me.Name),
+		HostID:           hostID(n.cfg, n.me.Name),
+		IOQueues:         max(1, f.Queues),
+		QueueDepth:       max(16, f.QueueDepth),
+		HeaderDigest:     f.HeaderDigest,
+		DataDigest:       f.DataDigest,
+		KATO:             5 * time.Second,
+		IOTimeout:        n.cfg.Policies.MemberIOTimeout.D(),
+		DialTimeout:      2 * time.Second,
+		ReconnectDelay:   200 * time.Millisecond,
+		CtrlLossTimeout:  time.Second,
+		DHCHAPSecret:     secret,
+		DHCHAPCtrlSecret: ctrlSecret,
+		Logger:           n.log.With("member", drive),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("import member %s from node %s: %w", drive, node.Name, err)
