@@ -353,7 +353,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.Stuck = bad
 	}
 	var verr error
-	res.Final, verr = chk.Verify(ctx, checker.VerifyOptions{ReadRetries: 10, RetryDelay: time.Second})
+	res.Final, verr = chk.Verify(ctx, checker.VerifyOptions{ReadRetries: 3, RetryDelay: time.Second})
 	if verr != nil {
 		res.VerifyErr = verr.Error()
 	}

@@ -141,7 +141,9 @@ type VerifyOptions struct {
 // Verify reads every unit of every target and checks it against the
 // record. It must not run while Run does. Blocks that cannot be read after
 // the retries count as Unreadable; once a read of a target failed every
-// retry, its later reads get one try. The returned error is only ctx's.
+// retry, the rest of that target counts as unreadable without being read
+// (a device with no path may hold every read for a long time). The
+// returned error is only ctx's.
 func (c *Checker) Verify(ctx context.Context, vo VerifyOptions) (Report, error) {
 	c.running.Lock()
 	defer c.running.Unlock()
@@ -158,9 +160,17 @@ func (c *Checker) Verify(ctx context.Context, vo VerifyOptions) (Report, error) 
 	buf := make([]byte, vo.ChunkUnits*UnitSize)
 	for _, t := range c.targets {
 		retries := vo.ReadRetries
+		dead := false
 		for first := 0; first < t.Units; first += vo.ChunkUnits {
 			n := min(vo.ChunkUnits, t.Units-first)
 			b := buf[:n*UnitSize]
+			if dead {
+				// One read already failed every retry: the rest of the
+				// device counts as unreadable without waiting more.
+				r.Unreadable += int64(n)
+				r.Checked += int64(n)
+				continue
+			}
 			var err error
 			for try := 0; ; try++ {
 				if _, err = t.Dev.ReadAt(b, t.Offset+int64(first)*UnitSize); err == nil || try >= retries {
@@ -173,8 +183,7 @@ func (c *Checker) Verify(ctx context.Context, vo VerifyOptions) (Report, error) 
 				}
 			}
 			if err != nil {
-				// The device is down: the rest of it gets one try each.
-				retries = 0
+				dead = true
 				r.Unreadable += int64(n)
 				r.Checked += int64(n)
 				c.problem(&r, "%s units %d..%d: unreadable: %v", t.Name, first, first+n-1, err)
