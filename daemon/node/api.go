@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -29,7 +30,11 @@ func (n *Node) startAPI(ctx context.Context) error {
 	srv, err := api.NewServer(api.ServerOptions{
 		Backend:              n,
 		Token:                n.opts.Token,
-		AllowUnauthenticated: n.opts.Token == "" && isLoopback(n.me.ListenAddr(n.me.API)),
+		// Mutating calls need the token, or a client certificate (mTLS),
+		// or — without either — an API reachable only on loopback.
+		AllowUnauthenticated: (n.opts.Token == "" && isLoopback(n.me.ListenAddr(n.me.API))) ||
+			(n.opts.TLS != nil && n.opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert),
+		TLS:                  n.opts.TLS,
 		Metrics:              n.metrics,
 		Logger:               n.log.With("layer", "api"),
 	})

@@ -20,6 +20,7 @@ package node
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,9 @@ type Options struct {
 	Tick time.Duration
 	// Token authorizes mutating API calls; empty disables them.
 	Token string
+	// TLS, when set, serves the management API over HTTPS (mTLS when it
+	// requires client certificates).
+	TLS *tls.Config
 	// JoinExisting starts this node's embedded etcd member as a new
 	// member of a running cluster (replacing a dead voting member).
 	JoinExisting bool
