@@ -250,7 +250,15 @@ func (n *Node) dispatch(ctx context.Context, m *cluster.Machine) {
 		case cluster.RecordEvent:
 			ev := store.Event{Kind: a.Kind, Array: a.Array, Node: a.Node, From: a.From, To: a.To, Epoch: a.Epoch, Message: a.Message}
 			if a.Kind == "failover" || a.Kind == "handoff" {
-				ev.Duration = (time.Duration(a.Ticks) * n.opts.Tick).Seconds()
+				d := time.Duration(a.Ticks) * n.opts.Tick
+				if a.Kind == "failover" && a.From != "" && a.From != a.To {
+					// The machine counts from the last tick the old owner's
+					// lease was alive; it may have died up to a lease TTL
+					// before that. Count from there: an upper bound.
+					d += n.cfg.Policies.LeaseTTL.D()
+					ev.Message = strings.TrimSpace(ev.Message + " (duration counted from one lease TTL before the lease expired)")
+				}
+				ev.Duration = d.Seconds()
 			}
 			n.metrics.ObserveRecord(a, n.opts.Tick)
 			if _, err := n.st.AppendEvent(ctx, ev); err != nil {
