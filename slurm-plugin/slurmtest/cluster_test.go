@@ -1,9 +1,10 @@
 // Package slurmtest runs tier0's Slurm hooks against a real Slurm 22.05
 // cluster on one machine: munged, slurmctld and five slurmd (one per tier0
 // node A-E), all children of the test under a temporary directory, on
-// loopback and non-default ports. Each node's tier0d is replaced by
-// FakeTier0d, an HTTP server serving only /v1/node/health, until the real
-// daemon can be started here.
+// loopback and non-default ports. In cluster_test.go each node's tier0d is
+// FakeTier0d, an HTTP server serving only /v1/node/health, so that every
+// health state can be set at will; real_test.go runs the same Slurm against
+// five real tier0d processes and the real tier0 binary.
 //
 // It needs root and Debian's slurmctld, slurmd, slurm-client and munge
 // (scripts/deps.d/slurm.sh); it skips, saying why, when they are missing.
@@ -55,7 +56,7 @@ func TestMain(m *testing.M) {
 
 // FakeTier0d stands in for one node's tier0d: it serves GET
 // /v1/node/health with whatever the test sets, or 503 when the daemon is
-// "down". It only exists until the real tier0d can be run in this test.
+// "down".
 type FakeTier0d struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
@@ -154,7 +155,24 @@ func freePorts() (ctld, first int, err error) {
 	return 0, 0, fmt.Errorf("no free port range found (tried 16817/17001 + k*100, k<20)")
 }
 
+// clusterOpts change what startClusterWith wires Slurm's hooks to.
+type clusterOpts struct {
+	// tier0 is the tier0 binary the wrappers run [this test binary].
+	tier0 string
+	// apis are the tier0d API base URLs by Slurm node name [a FakeTier0d each].
+	apis map[string]string
+	// beforeSlurm runs once the configuration is written and before
+	// slurmctld starts (c.conf is SLURM_CONF); what it registers with
+	// t.Cleanup runs before Slurm is stopped.
+	beforeSlurm func(c *cluster)
+}
+
 func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	return startClusterWith(t, clusterOpts{})
+}
+
+func startClusterWith(t *testing.T, o clusterOpts) *cluster {
 	t.Helper()
 	// Under /tmp rather than $TMPDIR: munged refuses a socket below any
 	// directory that is not searchable by all.
@@ -198,10 +216,13 @@ func startCluster(t *testing.T) *cluster {
 		"--seed-file="+filepath.Join(dir, "munge", "seed"), "--log-file="+filepath.Join(dir, "munge", "log"))
 	c.waitFor("munged socket", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
 
-	// The tier0 CLI is this test binary, run through the real wrapper scripts.
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	// The tier0 CLI (this test binary unless o.tier0), run through the
+	// real wrapper scripts.
+	self := o.tier0
+	if self == "" {
+		if self, err = os.Executable(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tier0 := filepath.Join(dir, "bin", "tier0")
 	if err := os.Symlink(self, tier0); err != nil {
@@ -224,10 +245,14 @@ func startCluster(t *testing.T) *cluster {
 	var nodesYAML strings.Builder
 	for i := 1; i <= 5; i++ {
 		n := "node" + strconv.Itoa(i)
-		d := newFakeTier0d(t)
-		d.set(healthJSON(tier0Names[n], healthOpts{}))
-		c.daemons[n] = d
-		fmt.Fprintf(&nodesYAML, "  %s: {tier0: %s, api: %q}\n", n, tier0Names[n], d.srv.URL)
+		api := o.apis[n]
+		if o.apis == nil {
+			d := newFakeTier0d(t)
+			d.set(healthJSON(tier0Names[n], healthOpts{}))
+			c.daemons[n] = d
+			api = d.srv.URL
+		}
+		fmt.Fprintf(&nodesYAML, "  %s: {tier0: %s, api: %q}\n", n, tier0Names[n], api)
 	}
 	c.write("tier0-slurm.yaml", fmt.Sprintf(`scontrol: /usr/bin/scontrol
 slurm_conf: %s
@@ -279,6 +304,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 	c.sc = slurm.New(slurm.Options{Conf: c.conf, Timeout: 5 * time.Second, Attempts: 2, Backoff: 200 * time.Millisecond})
 	t.Cleanup(c.stop)
+	if o.beforeSlurm != nil {
+		o.beforeSlurm(c)
+	}
 	c.start("slurmctld", "/usr/sbin/slurmctld", "-D")
 	for i := 1; i <= 5; i++ {
 		n := "node" + strconv.Itoa(i)
