@@ -231,6 +231,8 @@ func BenchmarkFailover(b *testing.B) {
 	fmt.Printf("kill -> first I/O on %s: min %v median %v p90 %v max %v (goal: max <= 5s, %s)\n", moved,
 		slices.Min(killToIO).Round(time.Millisecond), quantile(killToIO, 0.5).Round(time.Millisecond),
 		quantile(killToIO, 0.9).Round(time.Millisecond), worst.Round(time.Millisecond), verdict)
+	fmt.Printf("array %s longest stall around a kill: median %v max %v\n", moved,
+		quantile(movedStall, 0.5).Round(time.Millisecond), slices.Max(movedStall).Round(time.Millisecond))
 	fmt.Printf("array %s (owner not killed) longest stall around a kill: median %v max %v\n", steady,
 		quantile(steadyStall, 0.5).Round(time.Millisecond), slices.Max(steadyStall).Round(time.Millisecond))
 	fmt.Printf("array %s longest stall during failback: median %v max %v\n", moved,
@@ -241,6 +243,7 @@ func BenchmarkFailover(b *testing.B) {
 	b.ReportMetric(sec(quantile(killToIO, 0.5)), "kill-io-median-s")
 	b.ReportMetric(sec(quantile(killToIO, 0.9)), "kill-io-p90-s")
 	b.ReportMetric(sec(worst), "kill-io-max-s")
+	b.ReportMetric(sec(slices.Max(movedStall)), "moved-max-stall-s")
 	b.ReportMetric(sec(slices.Max(steadyStall)), "steady-max-stall-s")
 	b.ReportMetric(sec(slices.Max(failback)), "failback-max-stall-s")
 	b.ReportMetric(float64(recMoved.errs.Load()+recSteady.errs.Load()), "io-errors")

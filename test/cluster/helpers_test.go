@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"tier0/daemon/config"
 	"tier0/validate"
 )
 
@@ -78,16 +76,6 @@ func dumpLogs(tb testing.TB, work string) {
 		}
 		tb.Logf("--- %s (last %d lines)\n%s", filepath.Base(f), len(lines), strings.Join(lines, "\n"))
 	}
-}
-
-// frontendPort is node's frontend TCP port.
-func frontendPort(cfg *config.Config, node string) int {
-	for _, n := range cfg.Nodes {
-		if n.Name == node {
-			return n.Frontend.Port
-		}
-	}
-	panic(fmt.Sprintf("node %q not in the site", node))
 }
 
 // ownerOf asks the cluster who owns array now ("" when unknown).
