@@ -28,15 +28,15 @@ type observedArray struct {
 func (n *Node) startAPI(ctx context.Context) error {
 	n.metrics = api.NewMetrics()
 	srv, err := api.NewServer(api.ServerOptions{
-		Backend:              n,
-		Token:                n.opts.Token,
+		Backend: n,
+		Token:   n.opts.Token,
 		// Mutating calls need the token, or a client certificate (mTLS),
 		// or — without either — an API reachable only on loopback.
 		AllowUnauthenticated: (n.opts.Token == "" && isLoopback(n.me.ListenAddr(n.me.API))) ||
 			(n.opts.TLS != nil && n.opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert),
-		TLS:                  n.opts.TLS,
-		Metrics:              n.metrics,
-		Logger:               n.log.With("layer", "api"),
+		TLS:     n.opts.TLS,
+		Metrics: n.metrics,
+		Logger:  n.log.With("layer", "api"),
 	})
 	if err != nil {
 		return err

@@ -208,7 +208,7 @@ func (n *Node) restoreEvents(ctx context.Context, alive map[string]store.NodeInf
 		if _, err := n.st.Get(ctx, store.Observed, "arrays", a.Name, &obs); err == nil {
 			_, up := alive[own.Owner]
 			ev.Serving = up && obs.Serving && obs.Owner == own.Owner && obs.Epoch == own.Epoch &&
-				time.Since(obs.Time) < 3*n.cfg.Policies.LeaseTTL.D()+3*time.Second
+				time.Since(obs.Time) < max(3*time.Second, n.cfg.Policies.LeaseTTL.D())
 		}
 		for _, av := range last.Arrays {
 			if av.Name == a.Name {

@@ -20,6 +20,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 		drives = append(drives, d.Name)
 	}
 	info := store.NodeInfo{Node: n.me.Name, Domain: n.me.Domain, Drives: drives, API: n.me.AdvertiseAddr(n.me.API), Started: n.started}
+	fencedBefore := false
 	for ctx.Err() == nil {
 		live, err := n.st.Register(ctx, info, ttl, 0)
 		if err != nil {
@@ -36,6 +37,13 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 		n.mu.Unlock()
 		n.metrics.LeaseHeld.Set(1)
 		n.metrics.Fenced.Set(0)
+		if fencedBefore {
+			// Back after fencing itself: it serves nothing now. Say so, in
+			// case the coordinator saw the new lease before it rebuilt its
+			// machine from a record that still said "serving".
+			n.sendReport(report{Kind: "returned"})
+			fencedBefore = false
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -44,6 +52,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 			n.metrics.Fenced.Set(1)
 			n.selfFence("lease lost: " + errString(live.Err()))
 			live.Abandon()
+			fencedBefore = true
 		}
 	}
 	return nil

@@ -170,6 +170,11 @@ func (s *served) dropMember(i int) {
 func (s *served) stopLocked(abort bool) {
 	_ = s.setANA(nvme.ANAInaccessible)
 	s.gate.set(nil)
+	if s.epoch != 0 {
+		// Tell a coordinator rebuilding its machine that this array is not
+		// served here any more (best effort: the record also ages out).
+		go s.n.publishStopped(s.cfg.Name, s.epoch)
+	}
 	if s.array != nil {
 		if abort {
 			s.array.Abort()
@@ -369,6 +374,9 @@ func (n *Node) doSetANA(ctx context.Context, a cluster.SetANA) {
 		}
 		if s.array == nil || n.isFenced() {
 			n.log.Warn("refusing optimized ANA state: the array is not running here", "array", a.Array)
+			if s.array == nil && !n.isFenced() {
+				n.notServing(a.Array, "optimized ANA state")
+			}
 			return
 		}
 		if _, ok := n.owns(ctx, a.Array, s.epoch); !ok {
@@ -409,7 +417,11 @@ func (n *Node) doRepair(ctx context.Context, array, member string, full bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.role(member)
-	if s.array == nil || i < 0 {
+	if i < 0 {
+		return
+	}
+	if s.array == nil {
+		n.notServing(array, "repair of "+member)
 		return
 	}
 	if kind, ok := s.pending[i]; ok {
@@ -528,4 +540,23 @@ func (n *Node) doFailMember(a failMember) {
 	delete(s.pending, i)
 	s.dropMember(i)
 	n.log.Info("member failed by the operator", "array", a.Array, "member", a.Member)
+}
+
+// notServing tells the coordinator that this node was asked to act on an
+// array it does not run (it stopped it when it fenced itself, say): the
+// machine then treats the node as returned and takes its arrays over again
+// under new epochs, rather than waiting on a stopped array.
+func (n *Node) notServing(array, what string) {
+	n.log.Warn("asked to act on an array that is not running here; reporting this node as returned", "array", array, "task", what)
+	n.sendReport(report{Kind: "returned", Array: array})
+}
+
+// publishStopped records that array no longer runs here.
+func (n *Node) publishStopped(array string, epoch uint64) {
+	if n.st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, _ = n.st.Put(ctx, store.Observed, "arrays", array, observedArray{Owner: n.me.Name, Epoch: epoch, Serving: false, Time: time.Now()})
 }

@@ -71,6 +71,11 @@ func (r report) event() (cluster.Event, error) {
 		return cluster.FailbackRequested{Array: r.Array}, nil
 	case "drive-replaced":
 		return cluster.DriveReplaced{Drive: r.Member}, nil
+	case "returned":
+		// The node serves nothing any more (it fenced itself, or found an
+		// array it should run stopped): its arrays are to be taken over
+		// again under new epochs.
+		return cluster.NodeReturned{Node: r.Node}, nil
 	}
 	return nil, fmt.Errorf("report kind %q is not known", r.Kind)
 }
