@@ -149,15 +149,10 @@ func TestShortRAID5(t *testing.T) {
 }
 
 // TestShortRAID6 kills two nodes at once on a 6-node RAID-6 site.
-//
-// It fails today on a daemon bug (docs/RELIABILITY.md, "Known problems"):
-// after the takeover of an array whose owner died together with one of its
-// members, reads return generations older than acknowledged ones. It runs
-// when TIER0_KNOWN_BUGS=1 so that make test stays green until the fix.
+// It found docs/RELIABILITY.md's problem 1 (stale reads after the takeover
+// of an array whose owner died together with one of its members), fixed in
+// the RAID engine's log replay.
 func TestShortRAID6(t *testing.T) {
-	if os.Getenv("TIER0_KNOWN_BUGS") == "" {
-		t.Skip("known daemon bug: stale reads after a degraded takeover on RAID-6 (docs/RELIABILITY.md); set TIER0_KNOWN_BUGS=1 to run")
-	}
 	runShort(t, "raid6-6node.yaml", []string{KillTwo}, 2)
 }
 

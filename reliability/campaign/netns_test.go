@@ -16,8 +16,7 @@ var netnsAddrs = map[string]string{"A": "10.77.0.1", "B": "10.77.0.2", "C": "10.
 
 const hubEnv = "TIER0_CAMPAIGN_IN_HUB"
 
-// TestPartitionNetns cuts an owner off the network for real (it can fail
-// on docs/RELIABILITY.md's problem 1; it runs with TIER0_KNOWN_BUGS=1): every node in
+// TestPartitionNetns cuts an owner off the network for real: every node in
 // its own network namespace, the owner's link taken down until another
 // node serves its array, then healed. The test sets up the namespaces and
 // runs itself again inside the hub namespace, where the host side lives.
@@ -28,9 +27,6 @@ func TestPartitionNetns(t *testing.T) {
 	}
 	if testing.Short() {
 		t.Skip("starts a cluster of tier0d processes in network namespaces (~1 min); skipped with -short")
-	}
-	if os.Getenv("TIER0_KNOWN_BUGS") == "" {
-		t.Skip("known daemon bug: a node that loses its lease during the cut causes a takeover with a member gone, which can serve stale data (docs/RELIABILITY.md, problems 1 and 3); set TIER0_KNOWN_BUGS=1 to run")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces (run as root, as make test does)")

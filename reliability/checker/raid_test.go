@@ -2,7 +2,6 @@ package checker
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"tier0/daemon/blockdev"
@@ -18,9 +17,6 @@ import (
 // the member holding the second write's chunk missing. Reading that chunk
 // (reconstructed from parity) must return the second write.
 func TestTakeoverWithMissingMember(t *testing.T) {
-	if os.Getenv("TIER0_KNOWN_BUGS") == "" {
-		t.Skip("known RAID bug: replaying an older log entry reverts a missing member's chunk (docs/RELIABILITY.md); set TIER0_KNOWN_BUGS=1 to run")
-	}
 	for _, tc := range []struct {
 		name   string
 		level  raid.Level
