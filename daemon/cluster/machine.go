@@ -162,8 +162,15 @@ func (m *Machine) Restore(evs []Event) error {
 		a := m.arrays[name]
 		a.lastSeen = m.state(a)
 	}
-	for _, n := range m.nodes {
+	// A node found down is drained in Slurm again: the coordinator that
+	// saw it die may have died with it (or before it could drain). The
+	// drainer leaves an identical drain, and an administrator's, alone.
+	for _, id := range m.nodeOrder {
+		n := m.nodes[id]
 		n.slurmDrained = n.state == NodeDown
+		if n.slurmDrained {
+			m.emit(SlurmDrain{Node: id, Reason: "tier0: storage lease expired"})
+		}
 	}
 	m.reconcile()
 	return nil
