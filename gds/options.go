@@ -60,13 +60,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 func (o *Options) setDefaults() error {
 	if (o.File == "") == (o.Dir == "") {
 		return fmt.Errorf("%w: give exactly one of --file and --dir (got file %q, dir %q)", ErrUsage, o.File, o.Dir)

@@ -43,7 +43,6 @@ type fakeTarget struct {
 	holder     [16]byte     // reservation holder host ID (zero: none)
 	regs       map[[16]byte]uint64
 	rtype      nvme.ResvType
-	connHID    sync.Map // conn -> host ID
 }
 
 func newFakeTarget(t *testing.T, nqn string, size int) *fakeTarget {
@@ -169,8 +168,7 @@ func (f *fakeTarget) serve(c net.Conn) {
 		}
 		return out
 	}
-	var handleIO func(sqe nvme.SQE, data []byte)
-	handleIO = func(sqe nvme.SQE, data []byte) {
+	handleIO := func(sqe nvme.SQE, data []byte) {
 		if n := f.cmds.Add(1); n == f.dropAt.Load() {
 			f.dropAll()
 			return

@@ -19,18 +19,18 @@ import (
 
 // iocb is struct iocb from <linux/aio_abi.h> (little-endian layout).
 type iocb struct {
-	data     uint64
-	key      uint32
-	rwFlags  uint32
-	opcode   uint16
-	reqprio  int16
-	fildes   uint32
-	buf      uint64
-	nbytes   uint64
-	offset   int64
-	reserved uint64
-	flags    uint32
-	resfd    uint32
+	data    uint64
+	_       uint32 // aio_key
+	rwFlags uint32
+	opcode  uint16
+	_       int16 // aio_reqprio
+	fildes  uint32
+	buf     uint64
+	nbytes  uint64
+	offset  int64
+	_       uint64 // aio_reserved2
+	_       uint32 // aio_flags
+	_       uint32 // aio_resfd
 }
 
 // ioEvent is struct io_event.
