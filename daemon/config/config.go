@@ -217,6 +217,9 @@ type Slurm struct {
 	Enabled bool `mapstructure:"enabled" json:"enabled"`
 	// Scontrol is the scontrol binary (default "scontrol" from PATH).
 	Scontrol string `mapstructure:"scontrol" json:"scontrol"`
+	// Conf is slurm.conf when it is not in Slurm's default place (passed
+	// to scontrol as SLURM_CONF; default: tier0d's own environment).
+	Conf string `mapstructure:"conf" json:"conf,omitempty"`
 	// Nodes maps tier0 node names to Slurm node names where they differ.
 	Nodes []SlurmNode `mapstructure:"nodes" json:"nodes,omitempty"`
 }

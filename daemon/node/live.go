@@ -119,7 +119,7 @@ func (n *Node) startSlurm() {
 		return
 	}
 	n.drainer = hooks.New(hooks.Config{
-		Slurm:     slurm.New(slurm.Options{Path: n.cfg.Slurm.Scontrol, Logger: n.log.With("layer", "slurm")}),
+		Slurm:     slurm.New(slurm.Options{Path: n.cfg.Slurm.Scontrol, Conf: n.cfg.Slurm.Conf, Logger: n.log.With("layer", "slurm")}),
 		SlurmName: n.cfg.SlurmName,
 		Redundant: n.nodeRedundant,
 		Logger:    n.log.With("layer", "slurm"),
