@@ -245,7 +245,8 @@ func (t *Target) RemoveNamespace(subnqn string, nsid uint32) error {
 	ns.removed.Store(true)
 	// Taking the gate exclusively waits for every command in flight on the
 	// namespace (each holds it shared) to finish.
-	ns.resv.gate.Lock() //lint:ignore SA2001 the empty critical section is the drain
+	ns.resv.gate.Lock()
+	//lint:ignore SA2001 the empty critical section is the drain
 	ns.resv.gate.Unlock()
 	for _, c := range ctrls {
 		c.nsChanged(nsid)
