@@ -6,7 +6,7 @@ BIN      := bin
 TESTFLAGS ?= -race -timeout 28m
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build test test-short lint bench demo soak deps clean
+.PHONY: all build test test-short fuzz lint bench demo soak deps clean
 
 all: build
 
@@ -21,6 +21,11 @@ deps:
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	./scripts/fuzz.sh
+
+# A bounded run of every fuzz target (FUZZTIME per target, default 2s).
+fuzz:
+	./scripts/fuzz.sh
 
 test-short:
 	$(GO) test -short $(PKGS)
