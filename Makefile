@@ -23,7 +23,7 @@ test: deps
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	./scripts/fuzz.sh
 
-# A bounded run of every fuzz target (FUZZTIME per target, default 2s).
+# A bounded run of every fuzz target (FUZZTIME per target, default 20000x).
 fuzz:
 	./scripts/fuzz.sh
 
