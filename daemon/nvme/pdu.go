@@ -437,6 +437,9 @@ func ParseDataPDU(b []byte) (DataPDU, error) {
 	}
 	p := DataPDU{Type: h.Type, Flags: h.Flags, CID: binary.LittleEndian.Uint16(b[8:]), TTag: binary.LittleEndian.Uint16(b[10:]),
 		Offset: binary.LittleEndian.Uint32(b[12:]), Length: binary.LittleEndian.Uint32(b[16:])}
+	if p.Length == 0 {
+		return p, fmt.Errorf("%v PDU carries no data (datal 0); a data PDU must carry at least one byte: %w", h.Type, ErrMalformed)
+	}
 	if h.PDO == 0 || h.DataLen() != int(p.Length) {
 		return p, fmt.Errorf("%v PDU: datal %d disagrees with plen %d, pdo %d: %w", h.Type, p.Length, h.PLen, h.PDO, ErrMalformed)
 	}
