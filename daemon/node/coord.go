@@ -291,10 +291,11 @@ type clusterView struct {
 
 func (n *Node) publishView(ctx context.Context, m *cluster.Machine) {
 	v := clusterView{Coordinator: n.me.Name, Time: time.Now(), Nodes: m.Nodes(), Arrays: m.Arrays()}
-	b, _ := json.Marshal(v)
+	// Publish only when the decisions changed, not for every tick's time.
+	b, _ := json.Marshal([]any{v.Nodes, v.Arrays})
 	n.mu.Lock()
-	same := string(b[strings.Index(string(b), `"nodes"`):]) == n.lastView
-	n.lastView = string(b[strings.Index(string(b), `"nodes"`):])
+	same := string(b) == n.lastView
+	n.lastView = string(b)
 	n.mu.Unlock()
 	if same {
 		return
