@@ -396,13 +396,17 @@ func (c *conn) readH2CData(h nvme.Header, hb []byte, dataLen int) error {
 	if err != nil {
 		return c.terminate(nvme.FESInvalidHeader, 16, hb, err.Error())
 	}
+	// Check the slot under the lock: a request that is not waiting for data
+	// may be completing on the writer, which frees its slot (under the lock)
+	// before recycling it. A waiting request is touched by this reader only.
 	c.smu.Lock()
 	var r *request
 	if int(p.TTag) < len(c.slots) {
 		r = c.slots[p.TTag]
 	}
+	valid := r != nil && r.waiting && r.sqe.CID == p.CID
 	c.smu.Unlock()
-	if r == nil || !r.waiting || r.sqe.CID != p.CID {
+	if !valid {
 		return c.terminate(nvme.FESInvalidHeader, 10, hb, fmt.Sprintf("H2CData for unknown transfer tag %d / CID %d", p.TTag, p.CID))
 	}
 	if p.Length > uint32(c.t.cfg.MaxDataTransfer) {
