@@ -45,7 +45,7 @@ func init() {
 		"resync-done": ResyncDone{}, "rebuild-progress": RebuildProgress{}, "rebuild-done": RebuildDone{},
 		"member-failed": MemberFailed{}, "drive-replaced": DriveReplaced{}, "drain-requested": DrainRequested{},
 		"undrain-requested": UndrainRequested{}, "failback-requested": FailbackRequested{},
-		"array-observed": ArrayObserved{},
+		"array-observed": ArrayObserved{}, "array-failed": ArrayFailed{}, "repair-failed": RepairFailed{},
 	} {
 		register(eventTypes, name, v)
 	}

@@ -33,6 +33,8 @@ var sampleEvents = []Event{
 	MemberFailed{Array: "a", Member: "B1"}, DriveReplaced{Drive: "B1"}, DrainRequested{Node: "A"},
 	UndrainRequested{Node: "A"}, FailbackRequested{Array: "a"},
 	ArrayObserved{Array: "a", Owner: "A", Epoch: 3, Serving: true, Members: map[string]MemberState{"B1": MemberStale}},
+	ArrayFailed{Array: "a", Node: "A", Epoch: 3, Reason: "2 of 4 members failed"},
+	RepairFailed{Array: "a", Member: "B1", Epoch: 3, Reason: "too many failed members"},
 }
 
 func TestCodecRoundTrip(t *testing.T) {

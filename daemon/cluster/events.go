@@ -131,6 +131,26 @@ type RebuildDone struct {
 	Epoch         uint64
 }
 
+// ArrayFailed: the owner Node's RAID engine lost more members than the
+// level has parity at Epoch (it stopped serving the array). Reason says
+// why, in the engine's words. The owner is the authority: the machine
+// shows the array failed until enough members return.
+type ArrayFailed struct {
+	Array  string
+	Node   string
+	Epoch  uint64
+	Reason string
+}
+
+// RepairFailed: the owner refused or failed the Resync/Rebuild of Member
+// ordered at Epoch. Reason says why. The machine orders it again after a
+// backoff.
+type RepairFailed struct {
+	Array, Member string
+	Epoch         uint64
+	Reason        string
+}
+
 // MemberFailed: the owner saw Member's drive fail (media error, removed).
 type MemberFailed struct{ Array, Member string }
 
@@ -182,6 +202,8 @@ func (Released) isEvent()           {}
 func (ResyncDone) isEvent()         {}
 func (RebuildProgress) isEvent()    {}
 func (RebuildDone) isEvent()        {}
+func (ArrayFailed) isEvent()        {}
+func (RepairFailed) isEvent()       {}
 func (MemberFailed) isEvent()       {}
 func (DriveReplaced) isEvent()      {}
 func (DrainRequested) isEvent()     {}

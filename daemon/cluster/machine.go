@@ -382,6 +382,24 @@ func (m *Machine) step(ev Event) error {
 			mb.state, mb.progress = MemberDriveFailed, 0
 			m.emit(RecordEvent{Kind: "member-failed", Array: e.Array, Node: mb.node, Message: "drive " + mb.drive})
 		}
+	case ArrayFailed:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		if e.Epoch != a.epoch || e.Node != a.owner {
+			return nil // reported by a superseded owner
+		}
+		m.emit(RecordEvent{Kind: "array-failed", Array: a.name, Node: e.Node, Epoch: e.Epoch, Message: e.Reason})
+	case RepairFailed:
+		mb, err := m.member(e.Array, e.Member)
+		if err != nil {
+			return err
+		}
+		if e.Epoch != 0 && e.Epoch != m.arrays[e.Array].epoch {
+			return nil // reported by a superseded owner
+		}
+		m.emit(RecordEvent{Kind: "repair-failed", Array: e.Array, Node: mb.node, Epoch: e.Epoch, Message: "drive " + mb.drive + ": " + e.Reason})
 	case ArrayObserved:
 		return m.observed(e)
 	case DriveReplaced:
