@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"tier0/gds/cufile"
+	"tier0/internal/testenv"
 )
 
 // realLibcufile skips when Debian's libcufile0 is missing and this is not
@@ -19,7 +20,7 @@ func realLibcufile(t *testing.T) {
 	t.Helper()
 	if _, err := cufile.Open("libcufile.so.0"); err != nil {
 		if os.Geteuid() != 0 {
-			t.Skipf("libcufile.so.0 not installed (%v) and not root: run scripts/install-deps.sh as root to install Debian's libcufile0", err)
+			testenv.Missing(t, "libcufile.so.0 not installed (%v) and not root: run scripts/install-deps.sh as root to install Debian's libcufile0", err)
 		}
 		t.Fatalf("libcufile.so.0 not loadable as root (%v): scripts/install-deps.sh should have installed libcufile0 from Debian non-free", err)
 	}

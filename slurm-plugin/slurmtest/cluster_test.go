@@ -30,6 +30,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tier0/internal/testenv"
 	"tier0/slurm-plugin/cli"
 	"tier0/slurm-plugin/health"
 	"tier0/slurm-plugin/hooks"
@@ -127,11 +128,11 @@ func need(t *testing.T) {
 		t.Skip("starts a real Slurm cluster; skipped in -short mode")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: slurmd, slurmctld and munged run as root/munge (run as root, e.g. make test in CI)")
+		testenv.Missing(t, "needs root: slurmd, slurmctld and munged run as root/munge (run as root, e.g. make test in CI)")
 	}
 	for _, b := range []string{"/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/scontrol", "/usr/bin/sbatch", "/usr/sbin/munged", "/usr/bin/setpriv"} {
 		if _, err := os.Stat(b); err != nil {
-			t.Skipf("%s missing: install slurmctld slurmd slurm-client munge (scripts/install-deps.sh, scripts/deps.d/slurm.sh)", b)
+			testenv.Missing(t, "%s missing: install slurmctld slurmd slurm-client munge (scripts/install-deps.sh, scripts/deps.d/slurm.sh)", b)
 		}
 	}
 }
@@ -208,7 +209,7 @@ func startClusterWith(t *testing.T, o clusterOpts) *cluster {
 	c.write("munge/key", string(key), 0o400)
 	out, err := exec.Command("chown", "-R", "munge:munge", filepath.Join(dir, "munge")).CombinedOutput()
 	if err != nil {
-		t.Skipf("no munge user to own the munge directory (%v: %s); is the munge package installed?", err, out)
+		testenv.Missing(t, "no munge user to own the munge directory (%v: %s); is the munge package installed?", err, out)
 	}
 	sock := filepath.Join(dir, "munge", "sock")
 	c.start("munged", "/usr/bin/setpriv", "--reuid=munge", "--regid=munge", "--init-groups", "/usr/sbin/munged", "-F",

@@ -14,6 +14,7 @@ import (
 	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
 	"tier0/daemon/target"
+	"tier0/internal/testenv"
 	"tier0/test/vm"
 )
 
@@ -33,7 +34,7 @@ const (
 // tier0 makes, and a transformed key from nvme-cli equals tier0's.
 func TestDHCHAPSecretNvmeCli(t *testing.T) {
 	if _, err := exec.LookPath("nvme"); err != nil {
-		t.Skip("nvme-cli not installed (scripts/deps.d/vm.sh installs it)")
+		testenv.Missing(t, "nvme-cli not installed (scripts/deps.d/vm.sh installs it)")
 	}
 	for _, tc := range []struct {
 		hmac uint8

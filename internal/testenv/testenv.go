@@ -1,0 +1,45 @@
+// Package testenv decides what a test does when something it needs is
+// missing here: root, a QEMU guest image, loop devices, network
+// namespaces, Slurm's daemons, Debian's libcufile.
+//
+// On a developer's machine such a test skips and says what is missing. In
+// CI (CI=true, as .ci/run runs) the machine is provisioned with all of it
+// by `make test` (scripts/install-deps.sh), so the same absence is a
+// failure: a guest image that failed to build must not turn a whole
+// interoperability suite into silent skips.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// InCI reports whether the tests run in CI: CI set to a true value (CI=true
+// is what CI systems, and .ci/run's caller, set), or TIER0_REQUIRE_ALL=1
+// for a developer who wants CI's strictness.
+func InCI() bool {
+	if os.Getenv("TIER0_REQUIRE_ALL") == "1" {
+		return true
+	}
+	switch strings.ToLower(os.Getenv("CI")) {
+	case "1", "true", "yes":
+		return true
+	}
+	return false
+}
+
+// Missing ends t because a prerequisite is missing: it skips with the
+// reason on a developer's machine and fails in CI, where `make test`
+// provides every prerequisite. Use it only for what CI provides (root, the
+// packages of scripts/deps.d, the guest image, namespaces, loop devices),
+// never for properties of the kernel or hardware that CI may lack too.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		t.Fatalf("required in CI (CI=true) but missing: %s", msg)
+	}
+	t.Skip(msg)
+}
