@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/config"
 	"tier0/daemon/host"
 )
 
@@ -90,23 +90,17 @@ func fabricIOGroup() *cobra.Command {
 	return g
 }
 
-// parseSize parses "4096", "4K", "1M", "2G".
+// parseSize parses a byte count for the fabric verbs with the config
+// file's parser (config.ParseSize: binary units, "4096", "4K", "64KiB",
+// "1M", "2G", "1T"), also in lower case ("4k").
 func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(strings.ToUpper(s))
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(t, "K"):
-		mult, t = 1<<10, t[:len(t)-1]
-	case strings.HasSuffix(t, "M"):
-		mult, t = 1<<20, t[:len(t)-1]
-	case strings.HasSuffix(t, "G"):
-		mult, t = 1<<30, t[:len(t)-1]
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.Replace(t, "IB", "iB", 1) // config.ParseSize spells KiB
+	v, err := config.ParseSize(t)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: want a byte count with an optional K, M, G or T suffix (powers of 1024), such as 4k or 128K", s)
 	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("size %q: want a non-negative number with an optional K, M or G suffix", s)
-	}
-	return v * mult, nil
+	return int64(v), nil
 }
 
 // fillPattern fills p with the pattern of seed at absolute byte offset off

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -46,13 +45,15 @@ type fabricServeFlags struct {
 var fabricServeOpts fabricServeFlags
 
 var fabricServeCmd = &cobra.Command{
-	Use:   "serve --nqn NQN --ns PATH [--ns PATH...]",
+	Use:   "serve --nqn NQN --ns PATH|mem:SIZE [--ns ...]",
 	Short: "Serve files or block devices as an NVMe/TCP subsystem (a standalone target)",
 	Long: `Serve files or block devices as the namespaces (1, 2, ...) of one NVMe/TCP
 subsystem until interrupted. The same port answers discovery; --discovery-listen
 adds a second port such as :8009. Namespace NGUID/UUID are derived from the
 NQN and namespace ID, so two nodes serving the same NQN present one multipath
-namespace; give each node its own --cntlid-base range.`,
+namespace; give each node its own --cntlid-base range. --ns mem:512M serves
+512 MiB of this process's memory (gone when serve exits): the target's own
+cost, apart from any file system, for benchmarks such as tier0 fabric perf.`,
 	Args: cobra.NoArgs,
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -68,7 +69,7 @@ func init() {
 	f.StringVar(&o.discoveryListen, "discovery-listen", "", "optional second ADDR:PORT, e.g. :8009 (the well-known discovery port)")
 	f.StringVar(&o.advertise, "advertise", "", "ADDR:PORT written into discovery log entries (default: the listen address)")
 	f.StringVar(&o.nqn, "nqn", "", "subsystem NQN (required)")
-	f.StringArrayVar(&o.ns, "ns", nil, "file or block device to serve as the next namespace (repeatable)")
+	f.StringArrayVar(&o.ns, "ns", nil, "file or block device to serve as the next namespace, or mem:SIZE for one in memory (repeatable)")
 	f.StringVar(&o.size, "size", "", "create missing --ns files with this size (e.g. 1G)")
 	f.IntVar(&o.blockSize, "block-size", 4096, "logical block size of --ns files (512 or 4096)")
 	f.StringVar(&o.anaState, "ana-state", "optimized", "ANA state of this node's path: optimized, non-optimized, inaccessible, persistent-loss, change")
@@ -98,20 +99,45 @@ func fabricServeGroup() *cobra.Command {
 	return g
 }
 
-// serveSize parses "4096", "64K", "1M", "2G", "1T".
+// serveSize parses a positive size such as "4096", "64K", "1M", "2G",
+// "1T" (or "64KiB"); see parseSize.
 func serveSize(s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	mult := int64(1)
-	for suf, m := range map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40} {
-		if strings.HasSuffix(t, suf) {
-			mult, t = m, strings.TrimSuffix(t, suf)
+	n, err := parseSize(s)
+	if err == nil && n <= 0 {
+		err = fmt.Errorf("size %q: want a positive size", s)
+	}
+	return n, err
+}
+
+// memNamespace reports whether --ns names a memory namespace, "mem:SIZE".
+func memNamespace(ns string) (size string, ok bool) { return strings.CutPrefix(ns, "mem:") }
+
+// openNamespace opens one --ns: a file or block device, or "mem:SIZE", a
+// namespace in this process's memory (for benchmarks: the target's own
+// cost apart from any file system; its data is gone when serve exits).
+func openNamespace(p string, o *fabricServeFlags, size int64, log *slog.Logger) (blockdev.Device, error) {
+	if ms, ok := memNamespace(p); ok {
+		n, err := serveSize(ms)
+		if err != nil {
+			return nil, fmt.Errorf("fabric serve: --ns %s: %w (e.g. --ns mem:512M)", p, err)
+		}
+		d, err := local.NewMemory(n, o.blockSize)
+		if err != nil {
+			return nil, fmt.Errorf("fabric serve: --ns %s: %w", p, err)
+		}
+		return d, nil
+	}
+	opts := local.Options{BlockSize: o.blockSize, AllowBuffered: o.buffered, Logger: log}
+	if size > 0 {
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			opts.Create, opts.Size = true, size
 		}
 	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q: want a positive number with an optional K, M, G or T suffix", s)
+	d, err := local.Open(p, opts)
+	if err != nil {
+		return nil, fmt.Errorf("fabric serve: open --ns %s: %w (use --size to create a file, --buffered on tmpfs)", p, err)
 	}
-	return n * mult, nil
+	return d, nil
 }
 
 // namespaceIDs derives the NGUID and UUID of a namespace from the
@@ -198,15 +224,9 @@ func runFabricServe(ctx context.Context, o *fabricServeFlags, stdout, stderr io.
 		}
 	}()
 	for _, p := range o.ns {
-		opts := local.Options{BlockSize: o.blockSize, AllowBuffered: o.buffered, Logger: log}
-		if size > 0 {
-			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-				opts.Create, opts.Size = true, size
-			}
-		}
-		d, err := local.Open(p, opts)
+		d, err := openNamespace(p, o, size, log)
 		if err != nil {
-			return fmt.Errorf("fabric serve: open --ns %s: %w (use --size to create a file, --buffered on tmpfs)", p, err)
+			return err
 		}
 		devs = append(devs, d)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"tier0/daemon/host"
 	"tier0/daemon/nvme"
 )
 
@@ -94,4 +96,97 @@ func TestFabricServeAnswersICReq(t *testing.T) {
 		t.Fatalf("namespace file: %v %v", st, err)
 	}
 	_ = bytes.MinRead
+}
+
+// startServe runs `fabric serve` with o and returns its listen address.
+func startServe(t *testing.T, o fabricServeFlags) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- runFabricServe(ctx, &o, pw, io.Discard); pw.Close() }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("fabric serve: %v", err)
+		}
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		cancel()
+		t.Fatalf("no serving line: %v", err)
+	}
+	go io.Copy(io.Discard, pr)
+	f := strings.Fields(line)
+	if len(f) < 4 || f[0] != "serving" {
+		t.Fatalf("unexpected output %q", line)
+	}
+	return strings.TrimSuffix(f[3], ":")
+}
+
+// TestFabricServeMemNamespace serves --ns mem:8M beside a file namespace
+// and moves data through both with tier0's host.
+func TestFabricServeMemNamespace(t *testing.T) {
+	const nqn = "nqn.2026-01.io.tier0:mem"
+	addr := startServe(t, fabricServeFlags{listen: "127.0.0.1:0", nqn: nqn, ns: []string{"mem:8M", filepath.Join(t.TempDir(), "f.img")},
+		size: "1M", blockSize: 4096, anaState: "optimized", anaGroup: 1, cntlidBase: 1, cntlidCount: 16, buffered: true})
+	c, err := host.Dial(context.Background(), addr, host.Options{SubNQN: nqn, IOQueues: 1, CtrlLossTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns, err := c.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Size() != 8<<20 || ns.BlockSize() != 4096 {
+		t.Fatalf("mem:8M namespace: size %d block %d, want %d and 4096", ns.Size(), ns.BlockSize(), 8<<20)
+	}
+	if ns2, err := c.Namespace(2); err != nil || ns2.Size() != 1<<20 {
+		t.Fatalf("file namespace beside it: %v", err)
+	}
+	w := make([]byte, 64<<10)
+	fillPattern(w, 7<<20, 9)
+	if _, err := ns.WriteAt(w, 7<<20); err != nil {
+		t.Fatal(err)
+	}
+	r := make([]byte, len(w))
+	if _, err := ns.ReadAt(r, 7<<20); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r, w) {
+		t.Fatal("mem namespace did not read back what was written")
+	}
+	if _, err := ns.ReadAt(r[:4096], 8<<20); err == nil {
+		t.Fatal("read past the end of mem:8M succeeded")
+	}
+}
+
+func TestFabricServeMemNamespaceBadSize(t *testing.T) {
+	for _, ns := range []string{"mem:", "mem:lots", "mem:0", "mem:1000"} {
+		o := fabricServeFlags{listen: "127.0.0.1:0", nqn: "nqn.x", ns: []string{ns}, blockSize: 4096, anaState: "optimized", anaGroup: 1, cntlidBase: 1, cntlidCount: 1}
+		err := runFabricServe(context.Background(), &o, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), ns) {
+			t.Errorf("--ns %s: error %v, want one naming it", ns, err)
+		}
+	}
+}
+
+// TestFabricSizes: the fabric verbs take config.ParseSize's sizes, in
+// either case.
+func TestFabricSizes(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "4k": 4096, "4K": 4096, "64KiB": 64 << 10, "64kib": 64 << 10,
+		"1M": 1 << 20, "512m": 512 << 20, "2G": 2 << 30, "1T": 1 << 40, "0": 0} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "lots", "-1", "4X", "1.5G"} {
+		if _, err := parseSize(in); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", in)) {
+			t.Errorf("parseSize(%q): error %v, want one naming the value", in, err)
+		}
+	}
+	if _, err := serveSize("0"); err == nil {
+		t.Error("serveSize(0) accepted a zero size")
+	}
 }
