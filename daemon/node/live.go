@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"tier0/daemon/nvme"
+	"tier0/daemon/slurm"
+	"tier0/daemon/slurm/drain"
 	"tier0/daemon/store"
-	"tier0/slurm-plugin/hooks"
-	"tier0/slurm-plugin/slurm"
 )
 
 // livenessLoop holds this node's lease. When the lease is lost the node
@@ -118,7 +118,7 @@ func (n *Node) startSlurm() {
 	if !n.cfg.Slurm.Enabled {
 		return
 	}
-	n.drainer = hooks.New(hooks.Config{
+	n.drainer = drain.New(drain.Config{
 		Slurm:     slurm.New(slurm.Options{Path: n.cfg.Slurm.Scontrol, Conf: n.cfg.Slurm.Conf, Logger: n.log.With("layer", "slurm")}),
 		SlurmName: n.cfg.SlurmName,
 		Redundant: n.nodeRedundant,

@@ -33,9 +33,9 @@ import (
 	"tier0/daemon/api"
 	"tier0/daemon/blockdev"
 	"tier0/daemon/config"
+	"tier0/daemon/slurm/drain"
 	"tier0/daemon/store"
 	"tier0/daemon/target"
-	"tier0/slurm-plugin/hooks"
 )
 
 // Options configure a node daemon.
@@ -72,7 +72,7 @@ type Node struct {
 	live     *store.Liveness
 	api      *api.Server
 	metrics  *api.Metrics
-	drainer  *hooks.Drainer
+	drainer  *drain.Drainer
 
 	mu       sync.Mutex
 	arrays   map[string]*served // every configured array, by name

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"tier0/slurm-plugin/internal/fakescontrol"
+	"tier0/internal/fakescontrol"
 )
 
 func run(t *testing.T, jsonOut bool, args ...string) (string, error) {

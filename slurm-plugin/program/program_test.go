@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"tier0/slurm-plugin/internal/fakescontrol"
+	"tier0/internal/fakescontrol"
 )
 
 // fakeDaemon stands in for tier0d's health endpoint.

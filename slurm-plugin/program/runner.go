@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"tier0/daemon/slurm"
 	"tier0/slurm-plugin/diskstat"
 	"tier0/slurm-plugin/health"
-	"tier0/slurm-plugin/slurm"
 )
 
 // Scontrol is what the programs need from Slurm; *slurm.Client implements

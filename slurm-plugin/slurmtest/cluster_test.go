@@ -30,11 +30,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tier0/daemon/slurm"
+	"tier0/daemon/slurm/drain"
 	"tier0/internal/testenv"
 	"tier0/slurm-plugin/cli"
 	"tier0/slurm-plugin/health"
-	"tier0/slurm-plugin/hooks"
-	"tier0/slurm-plugin/slurm"
 )
 
 // TestMain doubles as the tier0 CLI: the test links the test binary as
@@ -524,9 +524,9 @@ func TestSlurmHooksOnRealCluster(t *testing.T) {
 	// resumes node4 once D reports redundant.
 	c.daemons["node4"].set(strings.Replace(healthJSON("D", healthOpts{}), `"lease":"held"`, `"lease":"expired"`, 1))
 	slurmName := func(n string) string { return "node" + strconv.Itoa(int(n[0]-'A'+1)) }
-	d := hooks.New(hooks.Config{
+	d := drain.New(drain.Config{
 		Slurm:     c.sc,
-		Policy:    hooks.Policy{ResumePoll: 200 * time.Millisecond},
+		Policy:    drain.Policy{ResumePoll: 200 * time.Millisecond},
 		SlurmName: slurmName,
 		Redundant: func(ctx context.Context, node string) (bool, error) {
 			r, err := health.Fetch(ctx, nil, c.daemons[slurmName(node)].srv.URL)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"tier0/daemon/api"
-	"tier0/slurm-plugin/slurm"
+	"tier0/daemon/slurm"
 	"tier0/validate"
 )
 

@@ -1,4 +1,4 @@
-package hooks
+package drain
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"tier0/slurm-plugin/internal/fakescontrol"
-	"tier0/slurm-plugin/slurm"
+	"tier0/daemon/slurm"
+	"tier0/internal/fakescontrol"
 )
 
 type rig struct {

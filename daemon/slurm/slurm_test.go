@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"tier0/slurm-plugin/internal/fakescontrol"
+	"tier0/internal/fakescontrol"
 )
 
 func TestParseShowNodeReal(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package hooks is the daemon side of tier0's Slurm integration: a Drainer
+// Package drain is the daemon side of tier0's Slurm integration: a Drainer
 // that tier0d calls when a node's storage role fails or recovers, and that
 // drains or resumes the node in Slurm in the background.
 //
@@ -11,7 +11,7 @@
 // There is a window between reading a node's reason and resuming it in
 // which an administrator's new drain could be resumed: scontrol offers no
 // compare-and-swap. The window is one scontrol round trip.
-package hooks
+package drain
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"sync"
 	"time"
 
-	"tier0/slurm-plugin/slurm"
+	"tier0/daemon/slurm"
 )
 
 // Scontrol is what the Drainer needs from Slurm; *slurm.Client implements
@@ -139,7 +139,7 @@ type nodeState struct {
 // New returns a running Drainer. Call Close to stop it.
 func New(cfg Config) *Drainer {
 	if cfg.Slurm == nil {
-		panic("hooks.New: Config.Slurm is nil")
+		panic("drain.New: Config.Slurm is nil")
 	}
 	p := &cfg.Policy
 	if p.OnFailure == "" {
