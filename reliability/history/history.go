@@ -195,7 +195,7 @@ type Result struct {
 	TimedOut     bool `json:"timed_out,omitempty"`
 	// Anomalies found (at most Options.MaxAnomalies listed), and the
 	// count by kind of all of them.
-	Anomalies []Anomaly    `json:"anomalies,omitempty"`
+	Anomalies []Anomaly      `json:"anomalies,omitempty"`
 	ByKind    map[string]int `json:"by_kind,omitempty"`
 	Elapsed   time.Duration  `json:"elapsed_ns"`
 }
