@@ -199,15 +199,34 @@ func (r *reservation) modify(t *Target, req *request, c *controller) nvme.Status
 	changed := false
 	switch req.sqe.Opcode {
 	case nvme.CmdResvRegister:
+		if c.sub.epochFencing && !epochAllowsRegister(&st, cmd, keys, h, registered) {
+			t.warnLimited("epoch-fence:"+st.SubNQN, "reservation register refused: it would lower the holder's epoch key",
+				"subnqn", st.SubNQN, "nsid", st.NSID, "cntlid", c.id, "key", key, "new_key", keys.Key2)
+			return nvme.StatusReservationConflict | nvme.StatusDNR
+		}
 		status, changed = registerAction(&st, cmd, keys, h, key, registered)
 	case nvme.CmdResvAcquire:
 		if !registered || key != keys.CRKey {
 			return nvme.StatusReservationConflict | nvme.StatusDNR
 		}
+		if c.sub.epochFencing {
+			if newer, ok := epochAllowsPreempt(&st, cmd, keys, h); !ok {
+				t.warnLimited("epoch-fence:"+st.SubNQN, "reservation preempt refused: a host with a newer or equal epoch key holds or is registered",
+					"subnqn", st.SubNQN, "nsid", st.NSID, "cntlid", c.id, "key", keys.CRKey, "newer_key", newer)
+				return nvme.StatusReservationConflict | nvme.StatusDNR
+			}
+		}
 		status, changed = acquireAction(&st, cmd, keys, h)
 	case nvme.CmdResvRelease:
 		if !registered || key != keys.CRKey {
 			return nvme.StatusReservationConflict | nvme.StatusDNR
+		}
+		if c.sub.epochFencing && cmd.Action == nvme.ResvClear {
+			if newer, ok := maxOtherKey(&st, h); ok && newer >= keys.CRKey {
+				t.warnLimited("epoch-fence:"+st.SubNQN, "reservation clear refused: another host has a newer or equal epoch key",
+					"subnqn", st.SubNQN, "nsid", st.NSID, "cntlid", c.id, "key", keys.CRKey, "newer_key", newer)
+				return nvme.StatusReservationConflict | nvme.StatusDNR
+			}
 		}
 		status, changed = releaseAction(&st, cmd, h)
 	}
@@ -256,6 +275,58 @@ func registerAction(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]b
 	}
 	st.Gen++
 	return nvme.StatusSuccess, true
+}
+
+// maxOtherKey returns the largest key registered by a host other than self.
+func maxOtherKey(st *resvState, self [16]byte) (uint64, bool) {
+	var m uint64
+	found := false
+	for id, k := range st.Regs {
+		if id != self && (!found || k > m) {
+			m, found = k, true
+		}
+	}
+	return m, found
+}
+
+// epochAllowsPreempt applies SubsystemConfig.EpochFencing to an Acquire:
+// a Preempt or Preempt-and-Abort by h (whose key is keys.CRKey) must not
+// take the reservation from, or remove the registration of, another host
+// whose key is >= keys.CRKey. It returns the offending key when refused.
+func epochAllowsPreempt(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte) (uint64, bool) {
+	if cmd.Action != nvme.ResvPreempt && cmd.Action != nvme.ResvPreemptAndAbort {
+		return 0, true
+	}
+	mine := keys.CRKey
+	if st.Type != nvme.ResvNone && !st.Type.AllRegistrants() && st.Held && st.Holder != h {
+		if hk := st.Regs[st.Holder]; hk >= mine {
+			return hk, false
+		}
+	}
+	if st.Type.AllRegistrants() && keys.Key2 == 0 {
+		// removes every other registrant
+		if m, ok := maxOtherKey(st, h); ok && m >= mine {
+			return m, false
+		}
+		return 0, true
+	}
+	// removes the other registrants whose key is PRKEY
+	for id, k := range st.Regs {
+		if id != h && k == keys.Key2 && k >= mine {
+			return k, false
+		}
+	}
+	return 0, true
+}
+
+// epochAllowsRegister applies SubsystemConfig.EpochFencing to a Register:
+// the holder of the reservation may not replace its key with a lower one
+// (that would hand the reservation to an older epoch).
+func epochAllowsRegister(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte, registered bool) bool {
+	if cmd.Action != nvme.ResvReplace || !registered || !st.isHolder(h) {
+		return true
+	}
+	return keys.Key2 >= st.Regs[h]
 }
 
 // removeKey unregisters every host except self whose key is k.

@@ -30,6 +30,17 @@ type SubsystemConfig struct {
 	ANAStates map[uint32]nvme.ANAState
 	// DHCHAP turns on in-band authentication (see auth.go); zero: off.
 	DHCHAP DHCHAPConfig
+	// EpochFencing orders the reservation keys of every namespace of the
+	// subsystem: a key is an ownership epoch, and no host may take the
+	// reservation (or a registration) from a host whose key is not lower
+	// than its own. With it on, Preempt and Preempt-and-Abort fail with
+	// Reservation Conflict when CRKEY is <= the holder's key (another
+	// host's) or <= a key the command would remove, Clear fails when another
+	// registrant's key is >= CRKEY, and the holder cannot Register-Replace
+	// its key with a lower one. For backend drive exports, where the key is
+	// the array's ownership epoch: a stale owner can then never take a
+	// member back from a newer one. Default off (plain NVMe semantics).
+	EpochFencing bool
 }
 
 // NamespaceConfig describes a namespace of a subsystem.
@@ -62,6 +73,8 @@ type subsystem struct {
 	anaChgCnt uint64
 	ctrls     map[uint16]*controller
 	auth      *dhchapPolicy // nil: no authentication
+	// epochFencing: see SubsystemConfig.EpochFencing; fixed at creation.
+	epochFencing bool
 }
 
 type anaGroup struct {
@@ -114,7 +127,8 @@ func (t *Target) AddSubsystem(sc SubsystemConfig) error {
 		return fmt.Errorf("serial %q is longer than 20 bytes: %w", sc.Serial, ErrInvalid)
 	}
 	s := &subsystem{t: t, nqn: sc.NQN, serial: sc.Serial, model: sc.Model, anyHost: sc.AllowAnyHost,
-		hosts: map[string]bool{}, ns: map[uint32]*namespace{}, ana: map[uint32]*anaGroup{}, ctrls: map[uint16]*controller{}, anaChgCnt: 1}
+		hosts: map[string]bool{}, ns: map[uint32]*namespace{}, ana: map[uint32]*anaGroup{}, ctrls: map[uint16]*controller{}, anaChgCnt: 1,
+		epochFencing: sc.EpochFencing}
 	if s.serial == "" {
 		s.serial = derivedSerial(sc.NQN)
 	}
@@ -148,7 +162,7 @@ func (t *Target) AddSubsystem(sc SubsystemConfig) error {
 	}
 	t.subsys[sc.NQN] = s
 	t.discoveryChangedLocked()
-	t.log.Info("subsystem added", "subnqn", sc.NQN, "allow_any_host", sc.AllowAnyHost, "hosts", len(sc.AllowedHosts))
+	t.log.Info("subsystem added", "subnqn", sc.NQN, "allow_any_host", sc.AllowAnyHost, "hosts", len(sc.AllowedHosts), "epoch_fencing", sc.EpochFencing)
 	return nil
 }
 
