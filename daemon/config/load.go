@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+
+	"tier0/internal/units"
 )
 
 // ErrInvalid is wrapped by every error Load, Parse and Validate return for
@@ -110,26 +110,11 @@ func (c *Config) Validate() error {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-var sizeRE = regexp.MustCompile(`^\s*([0-9]+)\s*([KMGT]i?B?|B)?\s*$`)
-
-// ParseSize parses "64MiB", "1G", "4096" into bytes (binary units).
+// ParseSize parses "64MiB", "1G", "4096" into bytes (binary units; the
+// one parser of package units, shared with the command line).
 func ParseSize(s string) (Size, error) {
-	m := sizeRE.FindStringSubmatch(s)
-	if m == nil {
-		return 0, fmt.Errorf("size %q: expected a byte count or a number with KiB, MiB, GiB or TiB", s)
-	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: %v", s, err)
-	}
-	shift := 0
-	if m[2] != "" && m[2] != "B" {
-		shift = 10 * (strings.IndexByte("KMGT", m[2][0]) + 1)
-	}
-	if n > (1<<62)>>shift {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return Size(n << shift), nil
+	n, err := units.ParseBytes(s)
+	return Size(n), err
 }
 
 func sizeHook(from, to reflect.Type, data any) (any, error) {
