@@ -26,11 +26,26 @@
 // a unit is only ever written by the worker that owns its slice, one write
 // at a time. Writes to one unit are therefore totally ordered by issue, and
 // generations increase along that order, which is what makes "older" well
-// defined. Many workers (and targets) run at once.
+// defined. Many workers (and targets) run at once. With Options.ReadAny a
+// worker's reads may cover any units of its target, concurrently with
+// their owners' writes.
+//
+// # Reads and the history
+//
+// Every read is checked when it returns: no read may return data older
+// than the newest write acknowledged before the read was issued (stale),
+// nor zeroes once a write was acknowledged (lost), nor a torn or foreign
+// block (corrupt). Every read and write, the final verification's reads
+// included, is also recorded with its invoke and complete times in a
+// history (package reliability/history); CheckHistory checks that record
+// for linearizability, per unit, which also catches what no single read
+// can show (old data coming back after a newer read, a failed write that
+// landed after its successor).
 package checker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +56,7 @@ import (
 
 	"tier0/bench"
 	"tier0/daemon/blockdev"
+	"tier0/reliability/history"
 )
 
 // UnitSize is the size of one checked unit (one register).
@@ -72,6 +88,11 @@ type Options struct {
 	// 0: writes only). A read-back of a unit not being written must
 	// satisfy the same rule as the final verification.
 	ReadPercent int
+	// ReadAny lets a worker's reads cover any units of its target, not
+	// only its own slice: reads then run concurrently with other
+	// workers' writes to the same units, and each is checked against the
+	// writes acknowledged before it was issued.
+	ReadAny bool
 	// FUA makes every write a Force Unit Access write when the device
 	// supports it, so that an acknowledged write is durable without a
 	// flush (default true via New; set NoFUA to turn it off).
@@ -99,9 +120,11 @@ type unitState struct {
 
 type target struct {
 	Target
-	id    uint64 // bench.DeviceHash(Name)
-	units []unitState
+	idx   int32              // index in the history
+	id    uint64             // bench.DeviceHash(Name)
 	fua   blockdev.FUAWriter // nil: plain WriteAt
+	mu    sync.Mutex         // guards units (readers of other slices look)
+	units []unitState
 }
 
 // Checker runs the workload and verifies the result. Its methods are safe
@@ -116,6 +139,7 @@ type Checker struct {
 
 	running sync.Mutex // held by Run and Verify
 	born    time.Time  // for the time stamps of online problems
+	hist    *history.Recorder
 
 	issued, acked, failed, inflight atomic.Int64
 	reads, readErrs                 atomic.Int64
@@ -148,8 +172,9 @@ func New(targets []Target, opts Options) (*Checker, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Checker{opts: opts, log: opts.Logger, born: time.Now()}
+	c := &Checker{opts: opts, log: opts.Logger}
 	names := map[string]bool{}
+	var tnames []string
 	for _, t := range targets {
 		if t.Dev == nil {
 			return nil, fmt.Errorf("checker: target %q has no device", t.Name)
@@ -173,13 +198,28 @@ func New(targets []Target, opts Options) (*Checker, error) {
 			return nil, fmt.Errorf("checker: target %s: %d units at offset %d do not fit the %d-byte device, or are fewer than the %d workers",
 				t.Name, t.Units, t.Offset, t.Dev.Size(), opts.Workers)
 		}
-		tt := &target{Target: t, id: bench.DeviceHash(t.Name), units: make([]unitState, t.Units)}
+		tt := &target{Target: t, idx: int32(len(c.targets)), id: bench.DeviceHash(t.Name), units: make([]unitState, t.Units)}
+		tnames = append(tnames, t.Name)
 		if f, ok := t.Dev.(blockdev.FUAWriter); ok && !opts.NoFUA {
 			tt.fua = f
 		}
 		c.targets = append(c.targets, tt)
 	}
+	c.hist = history.NewRecorder(tnames)
+	c.born = c.hist.Born()
 	return c, nil
+}
+
+// History is the record of every operation (and of the fault events noted
+// in it by the caller).
+func (c *Checker) History() *history.Recorder { return c.hist }
+
+// CheckHistory checks the record so far for linearizability per unit. It
+// must not run while Run or Verify does.
+func (c *Checker) CheckHistory(o history.Options) history.Result {
+	c.running.Lock()
+	defer c.running.Unlock()
+	return history.Check(c.hist.Ops(), c.hist.Targets(), o)
 }
 
 // Progress is a snapshot of the workload's counters.
@@ -247,10 +287,11 @@ func (c *Checker) Run(ctx context.Context) error {
 				hi = t.Units
 			}
 			rng := rand.New(rand.NewPCG(c.opts.Seed, run<<32|uint64(ti)<<16|uint64(w)))
+			client := int32(ti*c.opts.Workers + w)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c.worker(ctx, t, lo, hi, rng)
+				c.worker(ctx, t, client, lo, hi, rng)
 			}()
 		}
 	}
@@ -258,7 +299,7 @@ func (c *Checker) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Checker) worker(ctx context.Context, t *target, lo, hi int, rng *rand.Rand) {
+func (c *Checker) worker(ctx context.Context, t *target, client int32, lo, hi int, rng *rand.Rand) {
 	buf := blockdev.AlignedBuffer(c.opts.MaxRun * UnitSize)
 	for ctx.Err() == nil {
 		n := 1 + rng.IntN(c.opts.MaxRun)
@@ -266,9 +307,12 @@ func (c *Checker) worker(ctx context.Context, t *target, lo, hi int, rng *rand.R
 		first := lo + rng.IntN(hi-lo-n+1)
 		var err error
 		if c.opts.ReadPercent > 0 && rng.IntN(100) < c.opts.ReadPercent {
-			err = c.readBack(t, first, n, buf[:n*UnitSize])
+			if c.opts.ReadAny {
+				first = rng.IntN(t.Units - n + 1)
+			}
+			err = c.readAt(t, client, first, n, buf[:n*UnitSize], first < lo || first+n > hi)
 		} else {
-			err = c.write(t, first, n, buf[:n*UnitSize])
+			err = c.writeAt(t, client, first, n, buf[:n*UnitSize])
 		}
 		wait := time.Duration(c.pace.Load())
 		if err != nil {
@@ -284,32 +328,51 @@ func (c *Checker) worker(ctx context.Context, t *target, lo, hi int, rng *rand.R
 	}
 }
 
-// write issues one write of n units from unit first with a new generation
-// and records its outcome.
+// write is writeAt by client 0 (tests).
 func (c *Checker) write(t *target, first, n int, buf []byte) error {
+	return c.writeAt(t, 0, first, n, buf)
+}
+
+// writeAt issues one write of n units from unit first with a new
+// generation and records its outcome.
+func (c *Checker) writeAt(t *target, client int32, first, n int, buf []byte) error {
 	gen := c.gen.Add(1)
 	for i := range n {
 		bench.FillUnit(buf[i*UnitSize:(i+1)*UnitSize], t.id, t.lba(first+i), gen)
 	}
+	t.mu.Lock()
 	for i := range n {
 		u := &t.units[first+i]
 		u.pending = append(u.pending, gen)
 	}
+	t.mu.Unlock()
 	c.issued.Add(1)
 	c.inflight.Add(1)
 	off := t.Offset + int64(first)*UnitSize
+	call := c.hist.Now()
 	var err error
 	if t.fua != nil {
 		_, err = t.fua.WriteAtFUA(buf, off)
 	} else {
 		_, err = t.Dev.WriteAt(buf, off)
 	}
+	ret := c.hist.Now()
 	c.inflight.Add(-1)
+	out := history.OK
+	if err != nil {
+		out = history.Unknown
+	}
+	ops := make([]history.Op, n)
+	for i := range n {
+		ops[i] = history.Op{Target: t.idx, Unit: int32(first + i), Kind: history.Write, Value: gen, Client: client, Call: call, Return: ret, Outcome: out}
+	}
+	c.hist.Add(ops...)
 	if err != nil {
 		c.failed.Add(1)
 		return fmt.Errorf("write %s units %d..%d gen %d: %w", t.Name, first, first+n-1, gen, err)
 	}
 	c.acked.Add(1)
+	t.mu.Lock()
 	for i := range n {
 		u := &t.units[first+i]
 		u.acked = gen
@@ -317,22 +380,67 @@ func (c *Checker) write(t *target, first, n int, buf []byte) error {
 		// acknowledged newer write must win.
 		u.pending = u.pending[:0]
 	}
+	t.mu.Unlock()
 	return nil
 }
 
 // lba is the verify header's LBA of unit i: its byte offset / UnitSize.
 func (t *target) lba(i int) uint64 { return uint64(t.Offset/UnitSize) + uint64(i) }
 
+// readBack is readAt of the caller's own units by client 0 (tests).
 func (c *Checker) readBack(t *target, first, n int, buf []byte) error {
+	return c.readAt(t, 0, first, n, buf, false)
+}
+
+// readAt reads n units from unit first, records the read and checks it.
+// shared: the units may be written by other workers meanwhile; the read is
+// then checked against the generations acknowledged before it was issued,
+// else (the units are the caller's, nothing writes them meanwhile) exactly
+// like the final verification.
+func (c *Checker) readAt(t *target, client int32, first, n int, buf []byte, shared bool) error {
 	c.reads.Add(1)
+	snap := make([]uint64, n)
+	t.mu.Lock()
+	for i := range n {
+		snap[i] = t.units[first+i].acked
+	}
+	t.mu.Unlock()
+	call := c.hist.Now()
 	if _, err := t.Dev.ReadAt(buf, t.Offset+int64(first)*UnitSize); err != nil {
 		c.readErrs.Add(1)
 		return fmt.Errorf("read %s units %d..%d: %w", t.Name, first, first+n-1, err)
 	}
+	ret := c.hist.Now()
+	ops := make([]history.Op, n)
+	for i := range n {
+		ops[i] = history.Op{Target: t.idx, Unit: int32(first + i), Kind: history.Read, Value: t.value(first+i, buf[i*UnitSize:(i+1)*UnitSize]),
+			Client: client, Call: call, Return: ret}
+	}
+	c.hist.Add(ops...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for i := range n {
-		c.classify(&c.online, t, first+i, buf[i*UnitSize:(i+1)*UnitSize], true)
+		u := buf[i*UnitSize : (i+1)*UnitSize]
+		if shared {
+			c.classifyShared(&c.online, t, first+i, u, snap[i], ops[i].Value)
+		} else {
+			c.classify(&c.online, t, first+i, u, true)
+		}
 	}
 	return nil
+}
+
+// value is the history's value of unit i's content u.
+func (t *target) value(i int, u []byte) uint64 {
+	switch err := bench.CheckUnit(u, t.id, t.lba(i), 0); {
+	case errors.Is(err, bench.ErrVerifyUnwritten):
+		return history.Unwritten
+	case errors.Is(err, bench.ErrVerifyMisplaced):
+		return history.Foreign
+	case err != nil:
+		return history.Torn
+	}
+	return binary.LittleEndian.Uint64(u[24:32])
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tier0/bench"
+	"tier0/reliability/history"
 )
 
 // Report is the outcome of verifying units (Verify), or of the read-backs
@@ -127,6 +128,32 @@ func (c *Checker) classify(r *Report, t *target, i int, u []byte, online bool) {
 	}
 }
 
+// classifyShared checks unit i's content u, read while other workers may
+// have been writing it, against snap, the newest generation acknowledged
+// before the read was issued; gen is u's history value.
+func (c *Checker) classifyShared(r *Report, t *target, i int, u []byte, snap, gen uint64) {
+	r.Checked++
+	where := fmt.Sprintf("read at +%.1fs of %s unit %d (byte %d)", time.Since(c.born).Seconds(), t.Name, i, t.Offset+int64(i)*UnitSize)
+	switch {
+	case gen == history.Unwritten && snap != 0:
+		r.Lost++
+		c.problem(r, "%s: reads as never written, but generation %d was acknowledged before the read was issued", where, snap)
+	case gen == history.Torn:
+		r.Corrupt++
+		c.problem(r, "%s: torn or garbage (bad magic or CRC32C); generation %d was acknowledged before the read", where, snap)
+	case gen == history.Foreign:
+		r.Corrupt++
+		c.problem(r, "%s: holds a block written for device %#x LBA %d", where,
+			binary.LittleEndian.Uint64(u[8:16]), binary.LittleEndian.Uint64(u[16:24]))
+	case gen < snap:
+		r.Stale++
+		c.problem(r, "%s: returns generation %d, older than generation %d acknowledged before the read was issued", where, gen, snap)
+	default:
+		// Newer ones are checked against the writes by the history.
+		r.Verified++
+	}
+}
+
 // VerifyOptions tune Verify.
 type VerifyOptions struct {
 	// ReadRetries is how often a failed read is retried (default 5), with
@@ -172,7 +199,9 @@ func (c *Checker) Verify(ctx context.Context, vo VerifyOptions) (Report, error) 
 				continue
 			}
 			var err error
+			var call int64
 			for try := 0; ; try++ {
+				call = c.hist.Now()
 				if _, err = t.Dev.ReadAt(b, t.Offset+int64(first)*UnitSize); err == nil || try >= retries {
 					break
 				}
@@ -189,9 +218,14 @@ func (c *Checker) Verify(ctx context.Context, vo VerifyOptions) (Report, error) 
 				c.problem(&r, "%s units %d..%d: unreadable: %v", t.Name, first, first+n-1, err)
 				continue
 			}
+			ret := c.hist.Now()
+			ops := make([]history.Op, n)
 			for i := range n {
-				c.classify(&r, t, first+i, b[i*UnitSize:(i+1)*UnitSize], false)
+				u := b[i*UnitSize : (i+1)*UnitSize]
+				c.classify(&r, t, first+i, u, false)
+				ops[i] = history.Op{Target: t.idx, Unit: int32(first + i), Kind: history.Read, Value: t.value(first+i, u), Client: -1, Call: call, Return: ret}
 			}
+			c.hist.Add(ops...)
 		}
 	}
 	return r, nil
@@ -212,6 +246,7 @@ func (c *Checker) Summary() string {
 	var b strings.Builder
 	for _, t := range c.targets {
 		acked, pend := 0, 0
+		t.mu.Lock()
 		for i := range t.units {
 			if t.units[i].acked != 0 {
 				acked++
@@ -220,6 +255,7 @@ func (c *Checker) Summary() string {
 				pend++
 			}
 		}
+		t.mu.Unlock()
 		fmt.Fprintf(&b, "%s: %d units, %d with an acknowledged write, %d with a write of unknown outcome\n", t.Name, t.Units, acked, pend)
 	}
 	return b.String()
