@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"tier0/daemon/nvme"
@@ -121,6 +122,15 @@ type conn struct {
 	workers   sync.WaitGroup
 	writerWG  sync.WaitGroup
 	wbuf      []byte
+
+	// drain: an I/O queue counts in its subsystem's quiesce accounting
+	// (subsystem.drains) from the moment it is known dead (teardown, or its
+	// controller's shutdown) until its workers have finished; see
+	// beginDrain. dropped counts queued commands never executed.
+	drainOnce sync.Once
+	drainKey  hostKey
+	drainSub  *subsystem
+	dropped   atomic.Int64
 }
 
 func newConn(t *Target, nc net.Conn) *conn {
@@ -184,11 +194,20 @@ func (c *conn) serve() {
 	}
 }
 
+// teardown ends the connection: it is the command lifetime rule's target
+// half (docs/FABRIC.md, "Command lifetime"). Commands queued for the
+// workers but not started are dropped — never executed, the device never
+// sees them — and teardown waits for those already executing. Until they
+// have finished the queue counts as draining, and its host cannot connect
+// a new I/O queue to the subsystem (see connect), so a command of this
+// connection can never run after the host's retry of it on a new one.
 func (c *conn) teardown() {
 	c.close()
 	if c.work != nil {
+		c.beginDrain(c.ctrl)
 		close(c.work)
 		c.workers.Wait()
+		c.endDrain()
 	}
 	c.writerWG.Wait()
 	if ctrl := c.ctrl; ctrl != nil {
@@ -533,9 +552,62 @@ func (c *conn) startWorkers(n int) {
 		go func() {
 			defer c.workers.Done()
 			for r := range c.work {
+				if c.closing() {
+					// the connection is dead: its host has given up
+					// on this command and may resubmit it elsewhere
+					c.drop(r)
+					continue
+				}
 				c.t.execute(r)
 			}
 		}()
+	}
+}
+
+// drop discards a command of a closed connection without executing it.
+func (c *conn) drop(r *request) {
+	c.dropped.Add(1)
+	c.freeSlot(r)
+	c.t.pools.put(r.buf)
+	*r = request{}
+	reqPool.Put(r)
+}
+
+// hostKey names a host as reservations and the quiesce rule do: host NQN
+// and host identifier.
+type hostKey struct {
+	nqn string
+	id  [16]byte
+}
+
+// beginDrain counts the I/O queue c of ctrl as draining in its subsystem
+// (once; called by teardown and by the controller's shutdown, whichever
+// comes first). endDrain, after the workers stopped, ends it.
+func (c *conn) beginDrain(ctrl *controller) {
+	if ctrl == nil {
+		return
+	}
+	c.drainOnce.Do(func() {
+		c.drainSub, c.drainKey = ctrl.sub, hostKey{ctrl.hostNQN, ctrl.hostID}
+		ctrl.sub.mu.Lock()
+		ctrl.sub.drains[c.drainKey]++
+		ctrl.sub.mu.Unlock()
+	})
+}
+
+func (c *conn) endDrain() {
+	c.drainOnce.Do(func() {}) // a queue never counted stays uncounted
+	if s := c.drainSub; s != nil {
+		s.mu.Lock()
+		if s.drains[c.drainKey]--; s.drains[c.drainKey] <= 0 {
+			delete(s.drains, c.drainKey)
+		}
+		s.mu.Unlock()
+		c.drainSub = nil
+	}
+	if n := c.dropped.Load(); n > 0 && c.ctrl != nil {
+		c.t.log.Info("dropped the commands queued on a closed I/O queue; they were never executed",
+			"cntlid", c.ctrl.id, "qid", c.qid, "hostnqn", c.ctrl.hostNQN, "dropped", n)
 	}
 }
 

@@ -75,6 +75,10 @@ type subsystem struct {
 	auth      *dhchapPolicy // nil: no authentication
 	// epochFencing: see SubsystemConfig.EpochFencing; fixed at creation.
 	epochFencing bool
+	// drains counts, per host, the dead I/O queues whose commands are
+	// still executing (conn.beginDrain); while non-zero that host cannot
+	// connect a new I/O queue.
+	drains map[hostKey]int
 }
 
 type anaGroup struct {
@@ -128,7 +132,7 @@ func (t *Target) AddSubsystem(sc SubsystemConfig) error {
 	}
 	s := &subsystem{t: t, nqn: sc.NQN, serial: sc.Serial, model: sc.Model, anyHost: sc.AllowAnyHost,
 		hosts: map[string]bool{}, ns: map[uint32]*namespace{}, ana: map[uint32]*anaGroup{}, ctrls: map[uint16]*controller{}, anaChgCnt: 1,
-		epochFencing: sc.EpochFencing}
+		epochFencing: sc.EpochFencing, drains: map[hostKey]int{}}
 	if s.serial == "" {
 		s.serial = derivedSerial(sc.NQN)
 	}
@@ -557,11 +561,18 @@ func (c *controller) shutdown() {
 	if c.admin != nil {
 		conns = append(conns, c.admin)
 	}
+	ioqs := make([]*conn, 0, len(c.ioq))
 	for _, q := range c.ioq {
 		conns = append(conns, q)
+		ioqs = append(ioqs, q)
 	}
 	c.aers = nil
 	c.mu.Unlock()
+	// The I/O queues count as draining before the controller ID is freed,
+	// so that a reconnect of the host can never slip in between.
+	for _, q := range ioqs {
+		q.beginDrain(c)
+	}
 	c.sub.mu.Lock()
 	delete(c.sub.ctrls, c.id)
 	c.sub.mu.Unlock()
@@ -571,8 +582,16 @@ func (c *controller) shutdown() {
 	}
 	c.t.mu.Unlock()
 	for _, q := range conns {
-		q.nc.Close()
+		q.close() // queued commands are dropped from now on
 	}
+}
+
+// draining reports how many dead I/O queues of host h on s still have
+// commands executing.
+func (s *subsystem) draining(h hostKey) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.drains[h]
 }
 
 // postEvent records an event and completes an outstanding Asynchronous

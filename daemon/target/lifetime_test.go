@@ -1,0 +1,132 @@
+package target
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/nvme"
+)
+
+// holdFirstWrite holds the first WriteAt inside the device until release
+// is called and counts the writes that reach the device.
+type holdFirstWrite struct {
+	blockdev.Device
+	entered chan struct{} // closed when the first write is held
+	gate    chan struct{} // closed by release
+	once    sync.Once
+	writes  atomic.Int64
+}
+
+func newHoldFirstWrite(dev blockdev.Device) *holdFirstWrite {
+	return &holdFirstWrite{Device: dev, entered: make(chan struct{}), gate: make(chan struct{})}
+}
+
+func (h *holdFirstWrite) WriteAt(p []byte, off int64) (int, error) {
+	if h.writes.Add(1) == 1 {
+		close(h.entered)
+		<-h.gate
+	}
+	return h.Device.WriteAt(p, off)
+}
+
+func (h *holdFirstWrite) release() { h.once.Do(func() { close(h.gate) }) }
+
+// waitGone waits until the target no longer lists controller id, i.e. it
+// has seen the admin queue's connection close.
+func waitGone(t *testing.T, tg *Target, id uint16) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		gone := true
+		for _, c := range tg.Controllers() {
+			if c.CntlID == id {
+				gone = false
+			}
+		}
+		if gone {
+			return
+		}
+	}
+	t.Fatalf("controller %d still listed 10 s after its connections closed", id)
+}
+
+// TestDeadConnectionCommandsNeverRunAfterRetry is issue 12 hole 2: four
+// writes of 0xAA to block 0 are queued on one I/O queue (one worker, the
+// first held inside the device); the host gives up on the connection and a
+// new association of the same host writes 0x55 to block 0, which is
+// acknowledged; then the held write is released. Block 0 must read 0x55:
+// the commands still queued behind the closed connection are dropped, and
+// the new association is not admitted to I/O before the one already
+// executing has finished (its I/O queue Connect is refused with a retryable
+// status until then).
+func TestDeadConnectionCommandsNeverRunAfterRetry(t *testing.T) {
+	mem := blockdev.NewMem(testSize, testBS)
+	dev := newHoldFirstWrite(mem)
+	t.Cleanup(dev.release)
+	tg, addr := newTarget(t, Config{WorkersPerQueue: 1}, dev)
+
+	adm, id := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	q := ioConnect(t, addr, 0, testHostNQN, testHostID, id, 1)
+	old := bytes.Repeat([]byte{0xAA}, testBS)
+	for cid := uint16(1); cid <= 4; cid++ {
+		s := rwSQE(nvme.CmdWrite, 1, 0, 1)
+		s.CID = cid
+		s.Flags = nvme.SQEFlagSGLMeta
+		s.DPTR = nvme.SGL{Length: testBS, Type: nvme.SGLTypeInCapsule}
+		q.sendCapsule(&s, old)
+	}
+	select {
+	case <-dev.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first write never reached the device")
+	}
+	// The host gives up on the association (as after an I/O timeout).
+	q.nc.Close()
+	adm.nc.Close()
+	waitGone(t, tg, id)
+
+	// The host reconnects and resubmits: a new association writes 0x55.
+	_, id2 := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	var q2 *rawClient
+	refused := 0
+	for end := time.Now().Add(10 * time.Second); q2 == nil; {
+		c := dialRaw(t, addr, 0)
+		cqe := c.connect(testSubNQN, testHostNQN, testHostID, 1, id2, 127, 0)
+		switch {
+		case cqe.Status.OK():
+			q2 = c
+		case cqe.Status == nvme.StatusConnectCtrlBusy:
+			// refused while the old controller's command executes:
+			// retryable (no DNR), so the host retries
+			refused++
+			dev.release()
+			if time.Now().After(end) {
+				t.Fatalf("I/O queue connect still refused 10 s after the old command finished")
+			}
+			c.nc.Close()
+			time.Sleep(5 * time.Millisecond)
+		default:
+			t.Fatalf("I/O queue connect of the new association: %v, want success or retryable controller busy", cqe.Status)
+		}
+	}
+	newer := bytes.Repeat([]byte{0x55}, testBS)
+	if r := q2.writeBlocks(1, 0, newer, testBS, true); !r.cqe.Status.OK() {
+		t.Fatalf("new association's write: %v", r.cqe.Status)
+	}
+	dev.release()
+	tg.Close() // waits for every connection, the old queue's worker included
+	got := make([]byte, testBS)
+	if _, err := mem.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, newer) {
+		t.Fatalf("block 0 reads %#x after the new association's acknowledged write of 0x55 (connect refused %d times): "+
+			"commands of the closed connection ran after it", got[0], refused)
+	}
+	if n := dev.writes.Load(); n != 2 {
+		t.Fatalf("%d writes reached the device, want 2 (the one executing at the close, and the new association's); the 3 queued behind the closed connection must be dropped", n)
+	}
+}
