@@ -67,10 +67,17 @@ func (t *Target) nsCommand(r *request, c *controller, ns *namespace) nvme.Status
 		}
 		off, n := int64(slba*bs), nlb*bs
 		if s.Opcode == nvme.CmdWriteZeroes {
+			op, err := "write zeroes", error(nil)
 			if s.CDW12&nvme.CmdWriteZeroesDeac != 0 {
-				return t.devStatus(ns, "write zeroes (deallocate)", ns.dev.Discard(off, int64(n)))
+				op, err = "write zeroes (deallocate)", ns.dev.Discard(off, int64(n))
+			} else {
+				err = ns.dev.WriteZeroes(off, int64(n))
 			}
-			return t.devStatus(ns, "write zeroes", ns.dev.WriteZeroes(off, int64(n)))
+			if err == nil && s.CDW12&nvme.CmdWriteFUABit != 0 {
+				// FUA: durable before the completion, like a write
+				err = ns.dev.Flush()
+			}
+			return t.devStatus(ns, op, err)
 		}
 		if n > uint64(t.cfg.MaxDataTransfer) {
 			return nvme.StatusInvalidField | nvme.StatusDNR
