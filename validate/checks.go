@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"tier0/bench"
@@ -41,6 +42,33 @@ var AllChecks = []string{
 	CheckFinalVerify, CheckSlurm, CheckGDS,
 }
 
+// FailoverChecks are the checks of the failover story: a node killed
+// under verified load, the bench with it lost, its restart, resync and
+// failback. A run in which they did not run has not validated the design.
+var FailoverChecks = []string{CheckMoved, CheckDegraded, CheckIOContinued, CheckAckVerified, CheckFailoverTime, CheckDegradedBench, CheckRestart, CheckResync, CheckFailback}
+
+// Reasons recorded on the failover checks when they are left out.
+const (
+	// SkippedFailoverWhy: --skip-failover; the run may still pass.
+	SkippedFailoverWhy = "skipped (--skip-failover)"
+	// NotValidatedWhy: an existing cluster without --allow-disruptive.
+	NotValidatedWhy = "not validated: failover not run; on an existing cluster pass --allow-disruptive (validate kills the tier0d of --kill NODE, default B, and restarts it; --kill-command/--start-command when it runs elsewhere), or --skip-failover to leave the story out on purpose"
+)
+
+// NotValidated reports whether res lacks the failover story without it
+// having been skipped on purpose, and why.
+func NotValidated(res *bench.Results) (string, bool) {
+	if res == nil {
+		return "", false
+	}
+	for _, c := range res.Checks {
+		if c.Status == bench.NotRun && slices.Contains(FailoverChecks, c.Name) && c.Reason != SkippedFailoverWhy {
+			return fmt.Sprintf("failover not run (%s: %s)", c.Name, oneLine(c.Reason, 160)), true
+		}
+	}
+	return "", false
+}
+
 // Sentinel errors of Run.
 var (
 	// ErrChecksFailed: the validation ran and at least one check failed
@@ -49,6 +77,10 @@ var (
 	// ErrInterrupted: the run was cancelled (Ctrl-C, SIGTERM) before it
 	// finished; what it had started was stopped and removed.
 	ErrInterrupted = errors.New("validation interrupted")
+	// ErrNotValidated: every check that ran passed, but the failover
+	// story did not run (an existing cluster without --allow-disruptive or
+	// --skip-failover, or a step before it could not be made).
+	ErrNotValidated = errors.New("not validated")
 	// ErrSetup: the validation could not start (bad options, no tier0d
 	// binary, a busy port, a cluster that does not answer).
 	ErrSetup = errors.New("validation could not run")
@@ -56,10 +88,13 @@ var (
 
 // Exit codes of `tier0 validate`.
 const (
-	ExitPass        = 0   // every check passed or did not apply
-	ExitFail        = 1   // a check failed
-	ExitSetup       = 2   // the validation could not run
-	ExitInterrupted = 130 // cancelled by a signal
+	ExitPass  = 0 // every check passed or did not apply
+	ExitFail  = 1 // a check failed
+	ExitSetup = 2 // the validation could not run
+	// ExitNotValidated: no check failed, but the failover story did not
+	// run (see NotValidated); the run proves less than the design claims.
+	ExitNotValidated = 3
+	ExitInterrupted  = 130 // cancelled by a signal
 )
 
 // Failed returns the failed checks of res.
@@ -77,15 +112,21 @@ func Failed(res *bench.Results) []bench.Check {
 }
 
 // ExitCode maps Run's outcome to the process exit code: interrupted wins,
-// then a failed check, then any other error (the run could not be made).
+// then a failed check, then the failover story not run (not validated),
+// then any other error (the run could not be made).
 func ExitCode(res *bench.Results, err error) int {
+	_, notValidated := NotValidated(res)
 	switch {
 	case errors.Is(err, ErrInterrupted):
 		return ExitInterrupted
 	case len(Failed(res)) > 0 || errors.Is(err, ErrChecksFailed):
 		return ExitFail
+	case errors.Is(err, ErrNotValidated):
+		return ExitNotValidated
 	case err != nil:
 		return ExitSetup
+	case notValidated:
+		return ExitNotValidated
 	}
 	return ExitPass
 }
@@ -152,10 +193,17 @@ func WriteChecklist(w io.Writer, res *bench.Results) error {
 		b.WriteString(checkLine(c) + "\n")
 	}
 	verdict := "PASSED"
-	if fail > 0 {
+	why, notValidated := NotValidated(res)
+	switch {
+	case fail > 0:
 		verdict = "FAILED"
+	case notValidated:
+		verdict = "NOT VALIDATED"
 	}
 	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d not run\n", verdict, pass, fail, notRun)
+	if notValidated && fail == 0 {
+		fmt.Fprintf(&b, "not validated: %s\n", why)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

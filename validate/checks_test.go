@@ -324,3 +324,29 @@ func TestRunRefusesToOverwriteAClusterWithoutConsent(t *testing.T) {
 		t.Fatalf("Run without --local and --allow-writes = %v; want ErrSetup naming --allow-writes", err)
 	}
 }
+
+// TestExitCodeNotValidated: a run whose failover story did not run may not
+// exit 0 (the issue-17 regression: on an existing cluster it did), unless
+// the failover was skipped on purpose (--skip-failover).
+func TestExitCodeNotValidated(t *testing.T) {
+	mk := func(reason string) *bench.Results {
+		r := bench.NewResults("t", "s", time.Now(), bench.Environment{})
+		r.AddCheck(CheckClusterUp, bench.Pass, "")
+		for _, c := range []string{"failover: owned arrays moved complete", "killed node restarted"} {
+			r.AddCheck(c, bench.NotRun, reason)
+		}
+		r.AddCheck(CheckFinalVerify, bench.Pass, "")
+		return r
+	}
+	if got := ExitCode(mk("needs --local: on an existing cluster validate does not kill nodes"), nil); got != 3 {
+		t.Errorf("failover not run: ExitCode = %d, want 3 (not validated)", got)
+	}
+	if got := ExitCode(mk("skipped (--skip-failover)"), nil); got != 0 {
+		t.Errorf("failover skipped on purpose: ExitCode = %d, want 0", got)
+	}
+	r := mk("needs --local")
+	r.AddCheck(CheckRaw, bench.Fail, "boom")
+	if got := ExitCode(r, nil); got != 1 {
+		t.Errorf("a failed check with the failover not run: ExitCode = %d, want 1 (failed wins)", got)
+	}
+}

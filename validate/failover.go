@@ -97,7 +97,7 @@ func (r *runner) failover() error {
 	hr.Mark(label)
 	hw.Mark(label)
 	r.down[r.victim] = true
-	killedAt, err := r.lc.kill(r.victim)
+	killedAt, err := r.ctl.kill(r.victim)
 	if err != nil {
 		stopLoad()
 		r.check(CheckMoved, bench.Fail, err.Error())
@@ -323,7 +323,7 @@ func (r *runner) restart() error {
 		}
 	}
 	restartAt := time.Now()
-	if err := r.lc.start(r.victim); err != nil {
+	if err := r.ctl.start(r.victim); err != nil {
 		r.check(CheckRestart, bench.Fail, err.Error())
 		return err
 	}

@@ -9,8 +9,9 @@
 // With Options.Local it first starts the whole cluster on this machine,
 // one tier0d child process per node, and tears it down afterwards (also
 // when interrupted). Without it, it drives an existing cluster through its
-// management API and frontends; steps that need to kill a node are then
-// reported as not run.
+// management API and frontends; the failover story then runs only with
+// Options.AllowDisruptive, and a run without it ends ErrNotValidated unless
+// Options.SkipFailover says so on purpose.
 package validate
 
 import (
@@ -67,6 +68,19 @@ type Options struct {
 	// Victim is the node killed in the failover test (default B, else the
 	// second node of the site).
 	Victim string
+	// AllowDisruptive lets a run on an existing cluster (no Local) kill the
+	// victim's tier0d and restart it: the failover story. Without it (and
+	// without SkipFailover) the run ends "not validated: failover not run"
+	// (ErrNotValidated, exit status ExitNotValidated).
+	AllowDisruptive bool
+	// SkipFailover leaves the failover story out on purpose: its checks
+	// are not run, and the run can still pass.
+	SkipFailover bool
+	// KillCommand and StartCommand stop and start the victim's tier0d on
+	// an existing cluster (sh -c, with TIER0_NODE and TIER0_NODE_ADDR set).
+	// Without them the victim's tier0d must run on this machine: it is
+	// found in /proc, killed by PID and restarted as it was.
+	KillCommand, StartCommand string
 	// Out receives the live checklist, the progress bar, the tables and the
 	// report location (default: discard).
 	Out io.Writer
@@ -136,6 +150,7 @@ type runner struct {
 
 	work    string
 	lc      *localCluster
+	ctl     nodeControl // kills and restarts nodes: lc, or a clusterControl
 	clients map[string]*api.Client
 	down    map[string]bool // nodes known to be down (killed)
 	arrays  []string        // array names, config order
@@ -225,6 +240,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	case stepErr != nil:
 		return rep, stepErr
 	}
+	if why, ok := NotValidated(r.res); ok {
+		return rep, fmt.Errorf("%w: %s", ErrNotValidated, why)
+	}
 	return rep, nil
 }
 
@@ -265,6 +283,12 @@ func (r *runner) setup() error {
 		if !o.AllowWrites {
 			return fmt.Errorf("%w: validating an existing cluster writes verify blocks over every array, destroying the data on them; pass --allow-writes to confirm, or use --local to run a throw-away cluster on this machine", ErrSetup)
 		}
+		if o.AllowDisruptive && o.SkipFailover {
+			return fmt.Errorf("%w: --allow-disruptive and --skip-failover contradict each other; pass one", ErrSetup)
+		}
+		if o.AllowDisruptive {
+			r.ctl = newClusterControl(cfg, o.KillCommand, o.StartCommand, filepath.Join(o.OutDir, "logs"))
+		}
 		return nil
 	}
 	if cfg.Workdir == "" {
@@ -292,6 +316,7 @@ func (r *runner) setup() error {
 	}
 	site, _ := filepath.Abs(o.Site)
 	r.lc = newLocalCluster(cfg, bin, site, r.work, r.log)
+	r.ctl = r.lc
 	if pids := stopStale(r.work); len(pids) > 0 {
 		fmt.Fprintf(o.Out, "stopped %d tier0d process(es) left by an earlier run: %v\n", len(pids), pids)
 	}
@@ -425,7 +450,10 @@ func (r *runner) steps() error {
 	if r.ctx.Err() != nil {
 		return nil
 	}
-	if r.o.Local {
+	if r.ctl != nil {
+		if !r.o.Local {
+			fmt.Fprintf(r.o.Out, "--allow-disruptive: killing the tier0d of node %s for the failover story\n", r.victim)
+		}
 		if err := r.failover(); err != nil {
 			return r.stop(err)
 		}
@@ -434,8 +462,11 @@ func (r *runner) steps() error {
 			return r.stop(err)
 		}
 	} else {
-		why := "needs --local: on an existing cluster validate does not kill nodes; stop tier0d on one node (kill -9) and watch `tier0 status` to test failover by hand"
-		for _, c := range []string{CheckMoved, CheckDegraded, CheckIOContinued, CheckAckVerified, CheckFailoverTime, CheckDegradedBench, CheckRestart, CheckResync, CheckFailback} {
+		why := NotValidatedWhy
+		if r.o.SkipFailover {
+			why = SkippedFailoverWhy
+		}
+		for _, c := range FailoverChecks {
 			r.check(c, bench.NotRun, why)
 		}
 	}

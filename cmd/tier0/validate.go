@@ -16,7 +16,8 @@ import (
 )
 
 // validateExit carries validate's exit code (1 failed check, 2 could not
-// run, 130 interrupted) to main.
+// run, 3 not validated: the failover story did not run, 130 interrupted)
+// to main.
 type validateExit struct {
 	err  error
 	code int
@@ -39,7 +40,11 @@ With --local it starts the whole cluster on this machine (one tier0d process
 per node, drives as files in the work directory), and stops it and removes
 its files afterwards, also on Ctrl-C. Without --local it drives an existing
 cluster through its API and frontends (--allow-writes: every array's data is
-overwritten), and the steps that kill a node are reported as not run.
+overwritten); the failover story then runs only with --allow-disruptive (the
+tier0d of --kill NODE is killed and restarted: found on this machine by its
+--node argument, or with --kill-command/--start-command, run by sh -c with
+TIER0_NODE and TIER0_NODE_ADDR set). Without it the run ends "not validated:
+failover not run" (exit 3), unless --skip-failover leaves it out on purpose.
 
 Steps: cluster up; raw drives, block layer and frontend benches (sequential
 1 MiB and random 4 KiB read/write); all arrays filled with verify blocks;
@@ -50,7 +55,8 @@ resync/rebuild (progress bar); failback; redundancy back; final verify of
 every array; Slurm hooks; GPUDirect Storage.
 
 Exit status: 0 every check passed (or did not apply), 1 a check failed,
-2 the validation could not run, 130 interrupted.`,
+2 the validation could not run, 3 not validated (no check failed, but the
+failover story did not run), 130 interrupted. docs/VALIDATE.md has the details.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var lv slog.Level
@@ -95,6 +101,10 @@ Exit status: 0 every check passed (or did not apply), 1 a check failed,
 	f.BoolVar(&o.Keep, "keep", false, "keep the work directory (drives, etcd data, logs) after a --local run")
 	f.BoolVar(&o.AllowWrites, "allow-writes", false, "without --local: confirm that every array's data may be overwritten")
 	f.StringVar(&o.Victim, "kill", "", "node to kill in the failover test (default B)")
+	f.BoolVar(&o.AllowDisruptive, "allow-disruptive", false, "without --local: run the failover story on the existing cluster (kills and restarts the tier0d of --kill NODE)")
+	f.BoolVar(&o.SkipFailover, "skip-failover", false, "without --local: leave the failover story out on purpose (its checks are not run; exit 0 is possible)")
+	f.StringVar(&o.KillCommand, "kill-command", "", "with --allow-disruptive: shell command that kill -9s tier0d of $TIER0_NODE (at $TIER0_NODE_ADDR); default: find it on this machine")
+	f.StringVar(&o.StartCommand, "start-command", "", "with --allow-disruptive: shell command that starts tier0d of $TIER0_NODE again; default: restart the killed local process as it was")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of validate's own log on stderr: debug, info, warn, error")
 	rootCmd.AddCommand(cmd)
 }
