@@ -24,6 +24,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"tier0/daemon/blockdev"
 )
 
 // Level is a RAID level.
@@ -89,8 +91,11 @@ var (
 	ErrStaleEpoch = errors.New("array owned under a newer epoch")
 	// ErrInconsistent: Check found a stripe whose parity does not match.
 	ErrInconsistent = errors.New("parity inconsistent")
-	// ErrStopped: the array was closed or aborted.
-	ErrStopped = errors.New("array stopped")
+	// ErrStopped: the array was closed or aborted. It wraps
+	// blockdev.ErrClosed, as the Device contract asks, so that the frontend
+	// answers Namespace Not Ready (the host retries on another path) and
+	// not a media error.
+	ErrStopped = fmt.Errorf("array stopped: %w", blockdev.ErrClosed)
 	// ErrBusy: a background operation of that kind is already running.
 	ErrBusy = errors.New("background operation already running")
 )

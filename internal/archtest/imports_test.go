@@ -30,10 +30,11 @@ var allowed = map[string][]string{
 	"daemon/config":     {"daemon/nvme"},
 	"daemon/cluster":    nil,
 	// The data path meets only through blockdev.Device.
-	"daemon/blockdev/local": {"daemon/blockdev"},
-	"daemon/target":         {"daemon/blockdev", "daemon/nvme"},
-	"daemon/host":           {"daemon/blockdev", "daemon/nvme"},
-	"daemon/raid":           {"daemon/blockdev"},
+	"daemon/blockdev/local":        {"daemon/blockdev"},
+	"daemon/blockdev/blockdevtest": {"daemon/blockdev"},
+	"daemon/target":                {"daemon/blockdev", "daemon/nvme"},
+	"daemon/host":                  {"daemon/blockdev", "daemon/nvme"},
+	"daemon/raid":                  {"daemon/blockdev"},
 	// The control plane.
 	"daemon/store":       {"daemon/config", "daemon/cluster"},
 	"daemon/api":         {"daemon/config", "daemon/cluster", "daemon/store", "daemon/raid"},

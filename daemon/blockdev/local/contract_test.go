@@ -1,0 +1,20 @@
+package local
+
+import (
+	"testing"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/blockdev/blockdevtest"
+)
+
+// TestContract runs the blockdev.Device contract suite against a file
+// opened with O_DIRECT, with each I/O engine.
+func TestContract(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(map[bool]string{false: "aio", true: "sync"}[sync], func(t *testing.T) {
+			blockdevtest.Run(t, func(t *testing.T) blockdev.Device {
+				return openFile(t, 4<<20, Options{SyncIO: sync})
+			}, blockdevtest.Options{})
+		})
+	}
+}
