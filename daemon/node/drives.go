@@ -45,6 +45,12 @@ func (n *Node) openDrives() error {
 			return fmt.Errorf("drive %s (%s): %w; check the path in %s or that the device is present", d.Name, path, err, n.cfg.File)
 		}
 		n.drives[d.Name] = dev
+		if os.Getenv("TIER0_NEMESIS_POWERCUT") == "1" {
+			// Test-only hook (reliability/nemesis, docs/RELIABILITY.md):
+			// unflushed, non-FUA writes stay in this process's memory, so
+			// a kill -9 is a power loss of this node's drives.
+			n.drives[d.Name] = blockdev.NewPowerCut(dev)
+		}
 	}
 	return nil
 }
