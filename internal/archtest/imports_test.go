@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"daemon/discover":   nil,
 	"daemon/config":     {"daemon/nvme"},
 	"daemon/cluster":    nil,
+	"daemon/clock":      nil,
 	// The data path meets only through blockdev.Device.
 	"daemon/blockdev/local":        {"daemon/blockdev"},
 	"daemon/blockdev/blockdevtest": {"daemon/blockdev"},
