@@ -22,6 +22,9 @@ type Environment struct {
 	PhysicalCores int    `json:"physical_cores"`
 	LogicalCores  int    `json:"logical_cores"`
 	MemoryBytes   uint64 `json:"memory_bytes"`
+	// CPUs is what the run may use of the host's cores: its affinity mask
+	// and cgroup quota (nil in results written before it was recorded).
+	CPUs *CPULimits `json:"cpus,omitempty"`
 	GoVersion     string `json:"go_version"`
 	Tier0Version  string `json:"tier0_version"`
 	Site          string `json:"site,omitempty"`
@@ -49,6 +52,11 @@ func CollectEnvironment(tier0Version, site string) Environment {
 		if v.Commit != "" {
 			e.Tier0Version += "+" + v.Commit
 		}
+	}
+	cl, err := ReadCPULimits()
+	e.CPUs = &cl
+	if err != nil {
+		e.Problems = append(e.Problems, "cgroup CPU quota: "+err.Error())
 	}
 	if hi, err := host.Info(); err == nil {
 		e.Host, e.Platform, e.Kernel = hi.Hostname, hi.Platform+" "+hi.PlatformVersion, hi.KernelVersion

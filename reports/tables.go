@@ -201,8 +201,12 @@ func runSummary(res *bench.Results) []string {
 	if r.Topology != "" {
 		lines = append(lines, "Topology: "+r.Topology+".")
 	}
-	lines = append(lines, fmt.Sprintf("Host %s: %s, %d cores / %d threads, %s memory, %s %s, kernel %s, %s, tier0 %s.",
-		orDash(e.Host), orDash(e.CPU), e.PhysicalCores, e.LogicalCores, fmtBytes(int64(e.MemoryBytes)), e.OS, e.Arch, orDash(e.Kernel), e.GoVersion, orDash(e.Tier0Version)))
+	cpus := "CPUs the run may use: not recorded"
+	if e.CPUs != nil {
+		cpus = "this run may use " + e.CPUs.String()
+	}
+	lines = append(lines, fmt.Sprintf("Host %s: %s, %d cores / %d threads on the host, %s; %s memory, %s %s, kernel %s, %s, tier0 %s.",
+		orDash(e.Host), orDash(e.CPU), e.PhysicalCores, e.LogicalCores, cpus, fmtBytes(int64(e.MemoryBytes)), e.OS, e.Arch, orDash(e.Kernel), e.GoVersion, orDash(e.Tier0Version)))
 	for _, n := range r.Notes {
 		lines = append(lines, "Note: "+n)
 	}
