@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"tier0/daemon/blockdev"
 )
 
@@ -81,8 +83,18 @@ func TestMain(m *testing.M) {
 }
 
 type fioResult struct {
-	bwBytes float64 // bytes per second
-	iops    float64
+	bwBytes  float64 // bytes per second
+	iops     float64
+	cpuPerIO float64 // microseconds of CPU (user+system) per I/O
+}
+
+// cpuNow is this process's CPU time so far (user+system, getrusage).
+func cpuNow() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // runFio measures the workload with fio for the given time.
@@ -97,16 +109,24 @@ func runFio(path, rw string, bs int, runtime time.Duration) (fioResult, error) {
 	var rep struct {
 		Jobs []struct {
 			Read, Write struct {
-				BwBytes float64 `json:"bw_bytes"`
-				IOPS    float64 `json:"iops"`
+				BwBytes  float64 `json:"bw_bytes"`
+				IOPS     float64 `json:"iops"`
+				TotalIOs float64 `json:"total_ios"`
 			}
+			Usr     float64 `json:"usr_cpu"` // percent of the job's run time
+			Sys     float64 `json:"sys_cpu"`
+			Runtime float64 `json:"job_runtime"` // milliseconds
 		} `json:"jobs"`
 	}
 	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Jobs) == 0 {
 		return fioResult{}, fmt.Errorf("cannot parse fio output: %v", err)
 	}
 	j := rep.Jobs[0]
-	return fioResult{bwBytes: j.Read.BwBytes + j.Write.BwBytes, iops: j.Read.IOPS + j.Write.IOPS}, nil
+	r := fioResult{bwBytes: j.Read.BwBytes + j.Write.BwBytes, iops: j.Read.IOPS + j.Write.IOPS}
+	if ios := j.Read.TotalIOs + j.Write.TotalIOs; ios > 0 {
+		r.cpuPerIO = (j.Usr + j.Sys) / 100 * j.Runtime * 1e3 / ios
+	}
+	return r, nil
 }
 
 // workload runs benchQD workers on d until ops requests are done (ops > 0)
@@ -177,28 +197,35 @@ func baseline(b *testing.B, d *Device, path, rw string, bs int) (ours, fio fioRe
 			slice = v
 		}
 	}
-	var fioBW, fioIOPS, ourBW, ourIOPS []float64
+	var fioBW, fioIOPS, fioCPU, ourBW, ourIOPS, ourCPU []float64
 	for i := 0; i < 3; i++ {
 		f, err := runFio(path, rw, bs, slice)
 		if err != nil {
 			b.Logf("%v: no baseline", err)
 			return ours, fio, false
 		}
-		fioBW, fioIOPS = append(fioBW, f.bwBytes), append(fioIOPS, f.iops)
+		fioBW, fioIOPS, fioCPU = append(fioBW, f.bwBytes), append(fioIOPS, f.iops), append(fioCPU, f.cpuPerIO)
+		c0 := cpuNow()
 		n, el, err := workload(d, rw, bs, 0, time.Now().Add(slice))
 		if err != nil {
 			b.Fatal(err)
 		}
+		if n > 0 {
+			ourCPU = append(ourCPU, float64(cpuNow()-c0)/1e3/float64(n))
+		}
 		ourIOPS = append(ourIOPS, float64(n)/el.Seconds())
 		ourBW = append(ourBW, float64(n)*float64(bs)/el.Seconds())
 	}
-	ours = fioResult{median(ourBW), median(ourIOPS)}
-	fio = fioResult{median(fioBW), median(fioIOPS)}
+	ours = fioResult{median(ourBW), median(ourIOPS), median(ourCPU)}
+	fio = fioResult{median(fioBW), median(fioIOPS), median(fioCPU)}
 	fioCache[key] = [2]fioResult{ours, fio}
 	return ours, fio, true
 }
 
 func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
 	s := append([]float64(nil), v...)
 	slices.Sort(s)
 	return s[len(s)/2]
@@ -213,11 +240,22 @@ func benchLocal(b *testing.B, rw string, bs int) {
 	defer d.Close()
 	ours, fio, haveFio := baseline(b, d, path, rw, bs)
 	b.SetBytes(int64(bs))
+	var sub0, q0, reap0 int64
+	if d.ring != nil {
+		sub0, q0, reap0 = d.ring.submitCalls.Load(), d.ring.queued.Load(), d.ring.reapCalls.Load()
+	}
 	b.ResetTimer()
 	if _, _, err := workload(d, rw, bs, int64(b.N), time.Time{}); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	if d.ring != nil {
+		if q := d.ring.queued.Load() - q0; q > 0 {
+			// system calls per I/O on the AIO path (batching: < 1)
+			b.ReportMetric(float64(d.ring.submitCalls.Load()-sub0)/float64(q), "submits/io")
+			b.ReportMetric(float64(d.ring.reapCalls.Load()-reap0)/float64(q), "reaps/io")
+		}
+	}
 	if !haveFio || fio.bwBytes <= 0 {
 		return
 	}
@@ -229,6 +267,13 @@ func benchLocal(b *testing.B, rw string, bs int) {
 		b.ReportMetric(fio.bwBytes/1e6, "fio-MB/s")
 	}
 	b.ReportMetric(ours.bwBytes/fio.bwBytes, "ratio")
+	// CPU time per I/O moves much less with the load of other processes
+	// than the rates do: tier0's (the whole test process) and fio's.
+	if ours.cpuPerIO > 0 && fio.cpuPerIO > 0 {
+		b.ReportMetric(ours.cpuPerIO, "cpu-us/io")
+		b.ReportMetric(fio.cpuPerIO, "fio-cpu-us/io")
+		b.ReportMetric(fio.cpuPerIO/ours.cpuPerIO, "cpu-ratio")
+	}
 }
 
 func BenchmarkLocal(b *testing.B) {
