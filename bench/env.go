@@ -24,10 +24,10 @@ type Environment struct {
 	MemoryBytes   uint64 `json:"memory_bytes"`
 	// CPUs is what the run may use of the host's cores: its affinity mask
 	// and cgroup quota (nil in results written before it was recorded).
-	CPUs *CPULimits `json:"cpus,omitempty"`
-	GoVersion     string `json:"go_version"`
-	Tier0Version  string `json:"tier0_version"`
-	Site          string `json:"site,omitempty"`
+	CPUs         *CPULimits `json:"cpus,omitempty"`
+	GoVersion    string     `json:"go_version"`
+	Tier0Version string     `json:"tier0_version"`
+	Site         string     `json:"site,omitempty"`
 	// Problems lists what could not be determined, and why.
 	Problems []string `json:"problems,omitempty"`
 }

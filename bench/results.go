@@ -193,6 +193,29 @@ type GDSSlot struct {
 	Status  CheckStatus     `json:"status"`
 	Reason  string          `json:"reason,omitempty"`
 	Verdict json.RawMessage `json:"verdict,omitempty"`
+	// Mount is the tier0 volume the check read from.
+	Mount *GDSMount `json:"mount,omitempty"`
+	// Libraries are the cuFile and CUDA libraries the check loaded and the
+	// nvidia-fs module it found, with versions; StandIn, when set, says
+	// why the verdict is not a hardware proof (overridden or missing
+	// libraries or kernel files).
+	Libraries []LoadedLib `json:"libraries,omitempty"`
+	StandIn   string      `json:"stand_in,omitempty"`
+}
+
+// GDSMount is the file system the GPUDirect check read from.
+type GDSMount struct {
+	Dir        string `json:"dir"`
+	MountPoint string `json:"mount_point,omitempty"`
+	Source     string `json:"source,omitempty"`
+	FSType     string `json:"fstype,omitempty"`
+}
+
+// LoadedLib is a library (or kernel module) a check ran on.
+type LoadedLib struct {
+	Name    string `json:"name"`
+	Path    string `json:"path"`
+	Version string `json:"version,omitempty"`
 }
 
 // SetVerdict stores v (anything JSON-encodable) as the slot's verdict.

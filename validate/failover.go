@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -554,25 +555,34 @@ func (r *runner) slurm() {
 	r.check(CheckSlurm, bench.Pass, fmt.Sprintf("node health (the hooks' input, GET /v1/node/health) is ok and redundant on %s", strings.Join(good, ", ")))
 }
 
-// gds runs the GPUDirect Storage validator; on a host without GDS it is a
-// not-run with the validator's reason.
+// gds runs the GPUDirect Storage validator on the site's gds.mount, a
+// file system on a tier0 volume (never the work directory); on a host
+// without GDS it is a not-run with the validator's reason. The evidence
+// names the libraries loaded, and a verdict from stand-ins is not a pass.
 func (r *runner) gds() {
-	dir := r.cfg.GDS.Mount
-	if dir == "" {
-		dir = r.work
-	}
-	if dir == "" {
-		dir = r.o.OutDir
-	}
 	slot := &bench.GDSSlot{}
+	r.res.GDS = slot
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	m, problem := gdsMountProblem(string(mi), r.cfg.GDS.Mount, r.cfg.File)
+	if m.Dir != "" {
+		slot.Mount = &m
+	}
+	if problem != "" {
+		slot.Status, slot.Reason = bench.NotRun, problem
+		r.check(CheckGDS, slot.Status, slot.Reason)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.ctx, 5*time.Minute)
 	defer cancel()
-	v, err := gds.Validate(ctx, gds.Options{Dir: dir, Size: 256 << 20, Threads: 4, SkipCPUOnly: r.o.Short, BaseConfig: r.cfg.GDS.CuFileJSON, Logger: r.log})
+	v, err := gds.Validate(ctx, gds.Options{Dir: m.Dir, Size: 256 << 20, Threads: 4, SkipCPUOnly: r.o.Short, BaseConfig: r.cfg.GDS.CuFileJSON, Logger: r.log})
+	slot.Libraries, slot.StandIn = gdsLibraries()
 	switch {
 	case err != nil:
 		slot.Status, slot.Reason = bench.Fail, err.Error()
 	case !v.Available:
 		slot.Status, slot.Reason = bench.NotRun, fmt.Sprintf("GDS not available (%s): %s", v.Cause, v.Reason)
+	case v.Proven && slot.StandIn != "":
+		slot.Status, slot.Reason = bench.Fail, "the GDS proof ran on stand-ins, "+slot.StandIn
 	case v.Proven:
 		slot.Status = bench.Pass
 	default:
@@ -581,10 +591,13 @@ func (r *runner) gds() {
 	if err == nil {
 		_ = slot.SetVerdict(v)
 	}
-	r.res.GDS = slot
 	reason := slot.Reason
 	if slot.Status == bench.Pass {
-		reason = fmt.Sprintf("%d reads on the nvidia-fs path, %d POSIX fallbacks, %.2f GiB/s GPU_DIRECT", v.NvfsOps, v.PosixFallbacks, v.GPUDirectGiBs)
+		var libs []string
+		for _, l := range slot.Libraries {
+			libs = append(libs, fmt.Sprintf("%s %s (%s)", l.Name, l.Version, l.Path))
+		}
+		reason = fmt.Sprintf("%s on %s: %d reads on the nvidia-fs path, %d POSIX fallbacks, %.2f GiB/s GPU_DIRECT; loaded %s", m.Dir, m.Source, v.NvfsOps, v.PosixFallbacks, v.GPUDirectGiBs, strings.Join(libs, ", "))
 	}
 	r.check(CheckGDS, slot.Status, reason)
 }
