@@ -1,0 +1,606 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"tier0/daemon/api"
+	"tier0/daemon/blockdev"
+	"tier0/daemon/config"
+	"tier0/daemon/host"
+	"tier0/reliability/campaign"
+	"tier0/reliability/checker"
+	"tier0/reliability/history"
+)
+
+// PowerCutEnv is the test-only hook that makes tier0d open its drives
+// through blockdev.PowerCut (daemon/node/drives.go).
+const PowerCutEnv = "TIER0_NEMESIS_POWERCUT"
+
+// Options configure a nemesis campaign.
+type Options struct {
+	// Site is the site file; Binary the tier0d executable; Workdir an
+	// empty or missing directory for the cluster and the rewritten site.
+	Site, Binary, Workdir string
+	// PortShift moves every port of the site.
+	PortShift int
+	// Kinds of faults to draw from (default AllKinds).
+	Kinds []string
+	// Seed of the first run; run r uses Seed+r.
+	Seed uint64
+	// Runs is the number of schedules to run (default 1); with Duration
+	// set, runs go on until it has passed (at least Runs of them).
+	Runs     int
+	Duration time.Duration
+	// Window is each schedule's fault window (default 20 s).
+	Window time.Duration
+	// RecoverBound is how long arrays may take to be back active and
+	// optimal after the window (default 120 s).
+	RecoverBound time.Duration
+	// Units checked per array per run (default 512) and workers per
+	// array (default 2).
+	Units, Workers int
+	// Out receives the live lines; Logger the details.
+	Out    io.Writer
+	Logger *slog.Logger
+}
+
+// RunResult is one schedule's outcome.
+type RunResult struct {
+	Run      int              `json:"run"`
+	Seed     uint64           `json:"seed"`
+	Schedule Schedule         `json:"schedule"`
+	Injected map[string]int   `json:"injected"`
+	Errors   []string         `json:"fault_errors,omitempty"`
+	Progress checker.Progress `json:"progress"`
+	Final    checker.Report   `json:"final"`
+	Online   checker.Report   `json:"online"`
+	History  history.Result   `json:"history"`
+	// Anomalies by kind (history kinds, plus unreadable and stuck).
+	Anomalies map[string]int `json:"anomalies,omitempty"`
+	Stuck     []string       `json:"stuck,omitempty"`
+	Recovered time.Duration  `json:"recovered_ns"`
+	Elapsed   time.Duration  `json:"elapsed_ns"`
+	// Report is the history's account of the anomalies (with the fault
+	// timeline and the seed); empty when clean.
+	Report string `json:"report,omitempty"`
+}
+
+// Result is a whole campaign's outcome.
+type Result struct {
+	Site      string         `json:"site"`
+	Kinds     []string       `json:"kinds"`
+	Runs      []RunResult    `json:"runs"`
+	Injected  map[string]int `json:"injected"`
+	Ops       int            `json:"ops_checked"`
+	Anomalies map[string]int `json:"anomalies,omitempty"`
+	Elapsed   time.Duration  `json:"elapsed_ns"`
+}
+
+// ErrAnomaly is wrapped by Result.Err when any run found an anomaly.
+var ErrAnomaly = errors.New("nemesis found anomalies")
+
+// Err is nil when no run found an anomaly.
+func (r Result) Err() error {
+	if len(r.Anomalies) == 0 {
+		return nil
+	}
+	var seeds []string
+	for _, rr := range r.Runs {
+		if len(rr.Anomalies) > 0 {
+			seeds = append(seeds, fmt.Sprint(rr.Seed))
+		}
+	}
+	return fmt.Errorf("%s in runs with seeds %s (replay: --seed N --runs 1): %w", kindCounts(r.Anomalies), strings.Join(seeds, ", "), ErrAnomaly)
+}
+
+func kindCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Summary is the human-readable report.
+func (r Result) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "nemesis on %s: %d runs in %v (kinds %s)\n", r.Site, len(r.Runs), r.Elapsed.Round(time.Second), strings.Join(r.Kinds, ","))
+	fmt.Fprintf(&b, "faults injected: %s\n", kindCounts(r.Injected))
+	fmt.Fprintf(&b, "operations checked: %d\n", r.Ops)
+	fmt.Fprintf(&b, "anomalies: %s\n", kindCounts(r.Anomalies))
+	for _, rr := range r.Runs {
+		if rr.Report != "" {
+			fmt.Fprintf(&b, "--- run %d, seed %d\n%s%s", rr.Run, rr.Seed, rr.Schedule, rr.Report)
+		}
+	}
+	if err := r.Err(); err != nil {
+		fmt.Fprintf(&b, "FAILED: %v\n", err)
+	} else {
+		b.WriteString("PASSED\n")
+	}
+	return b.String()
+}
+
+// env is a running campaign.
+type env struct {
+	o     Options
+	c     *campaign.Cluster
+	net   *Net
+	cfg   *config.Config
+	site  Site
+	devs  []*host.Multipath
+	names []string
+	log   *slog.Logger
+	http  *http.Client
+
+	mu     sync.Mutex
+	downs  map[string]int // process faults holding a node down
+	freeze map[string]int
+}
+
+// Run starts the cluster behind proxies and runs the schedules. The error
+// is for a campaign that could not run (the cluster or the proxies did not
+// start, a fault could not be injected at all); anomalies are in Result.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Runs <= 0 {
+		o.Runs = 1
+	}
+	if o.Window <= 0 {
+		o.Window = 20 * time.Second
+	}
+	if o.RecoverBound <= 0 {
+		o.RecoverBound = 120 * time.Second
+	}
+	if o.Units <= 0 {
+		o.Units = 512
+	}
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	if len(o.Kinds) == 0 {
+		o.Kinds = slices.Clone(AllKinds)
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	res := Result{Site: o.Site, Kinds: o.Kinds, Injected: map[string]int{}, Anomalies: map[string]int{}}
+	start := time.Now()
+	e, err := setup(ctx, o)
+	if err != nil {
+		return res, err
+	}
+	defer e.close()
+	fmt.Fprintf(o.Out, "nemesis: %d nodes behind proxies, %d arrays active and optimal; kinds %s\n", len(e.cfg.Nodes), len(e.names), strings.Join(o.Kinds, ","))
+	for r := 0; ctx.Err() == nil; r++ {
+		if r >= o.Runs && (o.Duration == 0 || time.Since(start) >= o.Duration) {
+			break
+		}
+		rr, err := e.run(ctx, r, o.Seed+uint64(r))
+		if err != nil {
+			return res, fmt.Errorf("run %d (seed %d): %w", r, o.Seed+uint64(r), err)
+		}
+		res.Runs = append(res.Runs, rr)
+		for k, v := range rr.Injected {
+			res.Injected[k] += v
+		}
+		for k, v := range rr.Anomalies {
+			res.Anomalies[k] += v
+		}
+		res.Ops += rr.History.Ops
+		status := "PASS"
+		if len(rr.Anomalies) > 0 {
+			status = "ANOMALIES " + kindCounts(rr.Anomalies)
+		}
+		var fs []string
+		for _, f := range rr.Schedule.Faults {
+			where := f.Node
+			if f.Link != "" {
+				where = f.Link + ":" + f.Node
+			}
+			fs = append(fs, f.Kind+"@"+where)
+		}
+		fmt.Fprintf(o.Out, "run %d seed %d: %s; %d ops checked, %d writes acked, %d failed; recovered in %.1fs; %s\n",
+			r, rr.Seed, strings.Join(fs, " "), rr.History.Ops, rr.Progress.Acked, rr.Progress.Failed, rr.Recovered.Seconds(), status)
+		if len(rr.Stuck) > 0 {
+			fmt.Fprintf(o.Out, "arrays stuck after run %d; stopping (node logs in %s)\n", r, filepath.Join(o.Workdir, "cluster"))
+			break
+		}
+	}
+	res.Elapsed = time.Since(start)
+	if len(res.Anomalies) == 0 {
+		res.Anomalies = nil
+	}
+	return res, nil
+}
+
+func setup(ctx context.Context, o Options) (*env, error) {
+	text, err := os.ReadFile(o.Site)
+	if err != nil {
+		return nil, fmt.Errorf("site configuration: %w", err)
+	}
+	s := string(text)
+	if o.PortShift != 0 {
+		s = campaign.ShiftPorts(s, o.PortShift)
+	}
+	if s, err = RewriteSite(s); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Site, err)
+	}
+	if err := os.MkdirAll(o.Workdir, 0o755); err != nil {
+		return nil, err
+	}
+	site := filepath.Join(o.Workdir, "nemesis-site.yaml")
+	if err := writeSite(site, s); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(site)
+	if err != nil {
+		return nil, fmt.Errorf("rewritten site %s: %w", site, err)
+	}
+	e := &env{o: o, cfg: cfg, log: o.Logger, http: &http.Client{Timeout: 5 * time.Second}, downs: map[string]int{}, freeze: map[string]int{}}
+	e.site = Site{LeaseTTL: time.Duration(cfg.Policies.LeaseTTL), Parity: 2, Drives: map[string][]string{}}
+	if e.site.LeaseTTL <= 0 {
+		e.site.LeaseTTL = config.DefaultLeaseTTL
+	}
+	for _, n := range cfg.Nodes {
+		e.site.Nodes = append(e.site.Nodes, n.Name)
+	}
+	for _, p := range cfg.EtcdPeers() {
+		e.site.EtcdPeers = append(e.site.EtcdPeers, p.Node)
+	}
+	for i := range cfg.Arrays {
+		a := &cfg.Arrays[i]
+		e.site.Parity = min(e.site.Parity, a.Parity())
+		e.names = append(e.names, a.Name)
+		for _, m := range a.Members {
+			if n, _, ok := cfg.Drive(m); ok {
+				e.site.Drives[n.Name] = append(e.site.Drives[n.Name], m)
+			}
+		}
+	}
+	for _, ds := range e.site.Drives {
+		slices.Sort(ds)
+	}
+	if e.net, err = StartNet(cfg); err != nil {
+		return nil, err
+	}
+	if slices.Contains(o.Kinds, PowerLoss) {
+		// Every node's drives keep unflushed writes in process memory,
+		// so that every kill -9 is a power loss of its drives.
+		os.Setenv(PowerCutEnv, "1")
+		defer os.Unsetenv(PowerCutEnv)
+	}
+	e.c, err = campaign.StartLocal(ctx, campaign.LocalOptions{Site: site, Binary: o.Binary, Workdir: filepath.Join(o.Workdir, "cluster"), Logger: o.Logger})
+	if err != nil {
+		e.net.Close()
+		return nil, err
+	}
+	if _, bad, err := e.c.WaitHealthy(ctx, 2*time.Minute); err != nil {
+		e.close()
+		return nil, fmt.Errorf("cluster did not become healthy (%v; node logs in %s): %w", bad, e.c.Workdir, err)
+	}
+	for _, a := range e.names {
+		mp, err := e.c.OpenArray(a, 30*time.Second, o.Logger.With("array", a))
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("connect to array %s: %w", a, err)
+		}
+		e.devs = append(e.devs, mp)
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	for _, d := range e.devs {
+		d.Close()
+	}
+	if e.c != nil {
+		e.c.Close()
+	}
+	if e.net != nil {
+		e.net.Close()
+	}
+}
+
+// run runs one schedule.
+func (e *env) run(ctx context.Context, r int, seed uint64) (RunResult, error) {
+	start := time.Now()
+	sch := Generate(seed, e.o.Kinds, e.site, e.o.Window)
+	rr := RunResult{Run: r, Seed: seed, Schedule: sch, Injected: map[string]int{}, Anomalies: map[string]int{}}
+	fmt.Fprint(e.o.Out, sch.String())
+	if _, bad, err := e.c.WaitHealthy(ctx, e.o.RecoverBound); err != nil {
+		return rr, fmt.Errorf("cluster not healthy before the run: %v: %w", bad, err)
+	}
+	// Each run checks a fresh region of every array, zeroed first.
+	var targets []checker.Target
+	for i, d := range e.devs {
+		units := min(e.o.Units, int(d.Size()/checker.UnitSize))
+		regions := int(d.Size() / checker.UnitSize / int64(units))
+		off := int64(r%regions) * int64(units) * checker.UnitSize
+		if err := d.WriteZeroes(off, int64(units)*checker.UnitSize); err != nil {
+			return rr, fmt.Errorf("zero array %s's region at %d: %w", e.names[i], off, err)
+		}
+		targets = append(targets, checker.Target{Name: e.names[i], Dev: d, Offset: off, Units: units})
+	}
+	chk, err := checker.New(targets, checker.Options{Workers: e.o.Workers, MaxRun: 4, ReadPercent: 30, ReadAny: true, Seed: seed,
+		ErrorBackoff: 50 * time.Millisecond, Logger: e.log})
+	if err != nil {
+		return rr, err
+	}
+	rec := chk.History()
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = chk.Run(wctx); close(done) }()
+	sleep(ctx, 2*time.Second)
+
+	// The faults, each in its own goroutine from its start to its end.
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, f := range sch.Faults {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sleep(ctx, f.Start-time.Since(t0))
+			rec.Note("start %s", f)
+			err := e.inject(ctx, f, t0)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				rr.Errors = append(rr.Errors, fmt.Sprintf("%s on %s: %v", f.Kind, f.Node, err))
+				rec.Note("FAILED %s on %s: %v", f.Kind, f.Node, err)
+				fmt.Fprintf(e.o.Out, "  fault %s on %s could not be injected: %v\n", f.Kind, f.Node, err)
+				return
+			}
+			rr.Injected[f.Kind]++
+			rec.Note("healed %s on %s", f.Kind, f.Node)
+		}()
+	}
+	wg.Wait()
+	// Whatever happened, every node runs and is thawed.
+	for _, n := range e.site.Nodes {
+		if !e.c.Running(n) {
+			if err := e.c.Start(n); err != nil {
+				rr.Errors = append(rr.Errors, err.Error())
+			}
+		}
+		_ = e.c.Thaw(n)
+	}
+	rec.Note("every fault healed")
+	d, bad, werr := e.c.WaitHealthy(ctx, e.o.RecoverBound)
+	rr.Recovered = d
+	if werr != nil {
+		rr.Stuck = bad
+		rr.Anomalies["stuck"] = len(bad)
+		rec.Note("arrays stuck: %v", bad)
+	} else {
+		rec.Note("every array active and optimal")
+		sleep(ctx, 2*time.Second) // reads and writes after recovery
+	}
+	stop()
+	<-done
+	rr.Progress = chk.Progress()
+	rr.Final, err = chk.Verify(ctx, checker.VerifyOptions{ReadRetries: 3, RetryDelay: time.Second})
+	if err != nil {
+		return rr, err
+	}
+	rr.Online = chk.Online()
+	rr.History = chk.CheckHistory(history.Options{Timeout: time.Minute})
+	for k, v := range rr.History.ByKind {
+		rr.Anomalies[k] += v
+	}
+	if rr.Final.Unreadable > 0 {
+		rr.Anomalies["unreadable"] += int(rr.Final.Unreadable)
+	}
+	// The per-read checks must agree with the history.
+	for k, v := range map[string]int64{history.Lost: rr.Final.Lost + rr.Online.Lost, history.Stale: rr.Final.Stale + rr.Online.Stale, history.Corrupt: rr.Final.Corrupt + rr.Online.Corrupt} {
+		if v > 0 && rr.History.ByKind[k] == 0 {
+			rr.Anomalies["checker-"+k] += int(v)
+		}
+	}
+	if len(rr.Anomalies) > 0 {
+		rep := rr.History.Report(rec.Events(), seed)
+		for _, p := range append(slices.Clone(rr.Final.Problems), rr.Online.Problems...) {
+			rep += "  checker: " + p + "\n"
+		}
+		rr.Report = rep
+	} else {
+		rr.Anomalies = nil
+	}
+	rr.Elapsed = time.Since(start)
+	return rr, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// down holds node down (kill -9 if it runs); up releases the hold and
+// restarts it when no other fault holds it.
+func (e *env) down(node string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.downs[node]++
+	if e.c.Running(node) {
+		return e.c.Kill(node)
+	}
+	return nil
+}
+
+func (e *env) up(node string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.downs[node]--
+	if e.downs[node] > 0 || e.c.Running(node) {
+		return nil
+	}
+	if slices.Contains(e.o.Kinds, PowerLoss) {
+		os.Setenv(PowerCutEnv, "1")
+		defer os.Unsetenv(PowerCutEnv)
+	}
+	return e.c.Start(node)
+}
+
+func (e *env) stopNode(node string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.freeze[node]++
+	if e.c.Running(node) {
+		return e.c.Freeze(node)
+	}
+	return nil
+}
+
+func (e *env) contNode(node string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.freeze[node]--
+	if e.freeze[node] > 0 || !e.c.Running(node) {
+		return nil
+	}
+	return e.c.Thaw(node)
+}
+
+// client is an API client of any running node, tried in order.
+func (e *env) clients() []*api.Client {
+	var out []*api.Client
+	for i := range e.cfg.Nodes {
+		n := &e.cfg.Nodes[i]
+		if e.c.Running(n.Name) {
+			out = append(out, api.NewClient("http://"+n.AdvertiseAddr(n.API), os.Getenv("TIER0_TOKEN"), e.http))
+		}
+	}
+	return out
+}
+
+func (e *env) apiCall(ctx context.Context, what string, call func(*api.Client) error) error {
+	var errs []error
+	for _, cl := range e.clients() {
+		if err := call(cl); err == nil {
+			return nil
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	return fmt.Errorf("%s: no node accepted it: %w", what, errors.Join(errs...))
+}
+
+// inject performs f until its end (from t0) and heals it.
+func (e *env) inject(ctx context.Context, f Fault, t0 time.Time) error {
+	until := func() { sleep(ctx, f.End()-time.Since(t0)) }
+	switch f.Kind {
+	case Kill, PowerLoss:
+		if err := e.down(f.Node); err != nil {
+			return err
+		}
+		until()
+		return e.up(f.Node)
+	case RestartStorm:
+		every := time.Duration(f.Param[0]) * time.Millisecond
+		for time.Since(t0) < f.End() && ctx.Err() == nil {
+			if err := e.down(f.Node); err != nil {
+				return err
+			}
+			sleep(ctx, 300*time.Millisecond)
+			if err := e.up(f.Node); err != nil {
+				return err
+			}
+			sleep(ctx, min(every, f.End()-time.Since(t0)))
+		}
+		return nil
+	case Freeze:
+		if err := e.stopNode(f.Node); err != nil {
+			return err
+		}
+		until()
+		return e.contNode(f.Node)
+	case Latency, Bandwidth, Stall, Reset, OneWay:
+		typ, stream, attrs := "", "both", ""
+		switch f.Kind {
+		case Latency:
+			typ, attrs = "latency", fmt.Sprintf(`{"latency":%d,"jitter":%d}`, f.Param[0], f.Param[1])
+		case Bandwidth:
+			typ, attrs = "bandwidth", fmt.Sprintf(`{"rate":%d}`, f.Param[0])
+		case Stall:
+			typ, attrs = "timeout", `{"timeout":0}`
+		case Reset:
+			typ, stream, attrs = "reset_peer", "downstream", `{"timeout":0}`
+		case OneWay:
+			typ, attrs = "timeout", `{"timeout":0}`
+			stream = []string{"upstream", "downstream"}[f.Param[0]]
+		}
+		t, err := e.net.Add(f.Link, f.Node, typ, stream, attrs)
+		if err != nil {
+			return err
+		}
+		until()
+		t.Remove()
+		return nil
+	case Partition:
+		var ts []*Toxic
+		for _, class := range e.net.linksInto(f.Node) {
+			t, err := e.net.Add(class, f.Node, "timeout", "both", `{"timeout":0}`)
+			if err != nil {
+				for _, t := range ts {
+					t.Remove()
+				}
+				return err
+			}
+			ts = append(ts, t)
+		}
+		until()
+		for _, t := range ts {
+			t.Remove()
+		}
+		return nil
+	case Drain:
+		if err := e.apiCall(ctx, "drain "+f.Node, func(c *api.Client) error { return c.Drain(ctx, f.Node) }); err != nil {
+			return err
+		}
+		until()
+		return e.apiCall(ctx, "undrain "+f.Node, func(c *api.Client) error { return c.Undrain(ctx, f.Node) })
+	case FailDrive:
+		d := e.site.Drives[f.Node][f.Param[0]]
+		if err := e.apiCall(ctx, "fail drive "+d, func(c *api.Client) error { return c.FailDrive(ctx, d) }); err != nil {
+			return err
+		}
+		until()
+		// The node may be down for another fault: retry until the end
+		// of the recovery bound.
+		deadline := time.Now().Add(e.o.RecoverBound)
+		for {
+			err := e.apiCall(ctx, "replace drive "+d, func(c *api.Client) error { return c.ReplaceDrive(ctx, d) })
+			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+				return err
+			}
+			sleep(ctx, time.Second)
+		}
+	}
+	return fmt.Errorf("fault kind %q unknown", f.Kind)
+}
+
+// Ensure the multipath device is what the checker writes with FUA.
+var _ blockdev.FUAWriter = (*host.Multipath)(nil)
