@@ -14,9 +14,10 @@ const (
 	phaseFencing                 // new owner: CAS + reservation preempt
 	phaseAssembling              // new owner: assemble + repair
 	phaseActive                  // owner serves it, ANA optimized
+	phaseFailed                  // owner holds it but its RAID failed; it re-assembles it when members return
 )
 
-var phaseNames = [...]string{"idle", "releasing", "fencing", "assembling", "active"}
+var phaseNames = [...]string{"idle", "releasing", "fencing", "assembling", "active", "failed"}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -34,6 +35,8 @@ type member struct {
 	drive, node string
 	state       MemberState
 	progress    int
+	fails       int   // consecutive refused/failed repairs
+	retryAt     int64 // no repair ordered before this tick
 }
 
 type array struct {
@@ -54,6 +57,15 @@ type array struct {
 	avoid    map[string]bool
 	asked    bool // failback requested by an operator
 	lastSeen ArrayState
+
+	fails     int    // consecutive failed takeovers (and re-assemblies of a failed array)
+	homeFails int    // consecutive failed takeovers at the home node
+	nextTry   int64  // no takeover before this tick (backoff)
+	lastErr   string // the last refused or failed action, and why
+	errMember string // the member lastErr is about; "" for a takeover
+	failed    string // the array failed (ArrayFailed, or more members lost than parity): why
+	failedBy  string // the owner that reported it; "" when the machine saw it
+	waitBack  bool   // the engine failed with these members: wait for one to return
 }
 
 // Machine is the failover state machine. It is not safe for concurrent
@@ -277,8 +289,11 @@ func (m *Machine) step(ev Event) error {
 		if err != nil {
 			return err
 		}
-		if a.phase != phaseFencing || a.owner != e.Node || a.epoch != e.Epoch {
-			return nil // stale report of a superseded attempt
+		if a.phase != phaseFencing || a.owner != e.Node || a.epoch != e.Epoch || m.nodes[e.Node].state != NodeUp {
+			// A stale report of a superseded attempt, or one a node that
+			// fenced itself performed late: once its lease is renewed it
+			// takes the array again under a new epoch.
+			return nil
 		}
 		a.phase, a.phaseAt = phaseAssembling, m.now
 		absent, stale := a.resetForAssemble()
@@ -292,13 +307,22 @@ func (m *Machine) step(ev Event) error {
 		if err != nil {
 			return err
 		}
-		if a.phase != phaseAssembling || a.owner != e.Node || a.epoch != e.Epoch {
-			return nil
+		if a.phase != phaseAssembling || a.owner != e.Node || a.epoch != e.Epoch || m.nodes[e.Node].state != NodeUp {
+			return nil // as for FenceDone
 		}
 		a.phase, a.phaseAt = phaseActive, m.now
 		m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAOptimized, Epoch: a.epoch})
-		m.emit(RecordEvent{Kind: a.kind, Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since})
-		a.avoid = nil
+		if a.failed != "" {
+			m.emit(RecordEvent{Kind: "recovered", Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since,
+				Message: "assembled again after: " + a.failed})
+			a.failed, a.failedBy, a.waitBack = "", "", false
+		} else {
+			m.emit(RecordEvent{Kind: a.kind, Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since})
+		}
+		a.avoid, a.fails, a.homeFails, a.nextTry = nil, 0, 0, 0
+		if a.errMember == "" {
+			a.lastErr = ""
+		}
 		if a.owner == a.home {
 			a.asked = false
 		}
@@ -350,6 +374,7 @@ func (m *Machine) step(ev Event) error {
 		}
 		if mb.state == MemberResyncing {
 			mb.state, mb.progress = MemberOK, 100
+			m.repairDone(m.arrays[e.Array], mb)
 		}
 	case RebuildDone:
 		mb, err := m.member(e.Array, e.Member)
@@ -361,6 +386,7 @@ func (m *Machine) step(ev Event) error {
 		}
 		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
 			mb.state, mb.progress = MemberOK, 100
+			m.repairDone(m.arrays[e.Array], mb)
 		}
 	case RebuildProgress:
 		mb, err := m.member(e.Array, e.Member)
@@ -383,23 +409,9 @@ func (m *Machine) step(ev Event) error {
 			m.emit(RecordEvent{Kind: "member-failed", Array: e.Array, Node: mb.node, Message: "drive " + mb.drive})
 		}
 	case ArrayFailed:
-		a, err := m.array(e.Array)
-		if err != nil {
-			return err
-		}
-		if e.Epoch != a.epoch || e.Node != a.owner {
-			return nil // reported by a superseded owner
-		}
-		m.emit(RecordEvent{Kind: "array-failed", Array: a.name, Node: e.Node, Epoch: e.Epoch, Message: e.Reason})
+		return m.arrayFailed(e)
 	case RepairFailed:
-		mb, err := m.member(e.Array, e.Member)
-		if err != nil {
-			return err
-		}
-		if e.Epoch != 0 && e.Epoch != m.arrays[e.Array].epoch {
-			return nil // reported by a superseded owner
-		}
-		m.emit(RecordEvent{Kind: "repair-failed", Array: e.Array, Node: mb.node, Epoch: e.Epoch, Message: "drive " + mb.drive + ": " + e.Reason})
+		return m.repairFailed(e)
 	case ArrayObserved:
 		return m.observed(e)
 	case DriveReplaced:
@@ -566,12 +578,14 @@ func (m *Machine) heartbeat(n *node) {
 			}
 		}
 		m.clearRetry()
+		m.nodeBack(n)
 	case NodeFenced:
 		// The node renewed before the store expired it: nobody took its
 		// arrays, but it stopped serving them, so it takes them back
 		// under a new epoch like any other owner.
 		n.state = NodeUp
 		m.emit(RecordEvent{Kind: "lease-regained", Node: n.id})
+		m.nodeBack(n)
 		for _, name := range m.arrayOrder {
 			a := m.arrays[name]
 			if a.owner == n.id && a.phase != phaseIdle {
@@ -654,7 +668,7 @@ func (m *Machine) nodeLost(n *node, reason string) {
 // adopt takes the store's word that node holds a at epoch.
 func (m *Machine) adopt(a *array, node string, epoch uint64) {
 	a.owner, a.epoch = node, epoch
-	if a.phase == phaseActive || a.phase == phaseIdle || a.phase == phaseReleasing {
+	if a.phase == phaseActive || a.phase == phaseIdle || a.phase == phaseReleasing || a.phase == phaseFailed {
 		a.phase = phaseFencing
 	}
 	a.phaseAt = m.now
@@ -668,13 +682,160 @@ func (m *Machine) attemptFailed(name, nodeID string, epoch uint64, want phase, r
 	if a.phase != want || a.owner != nodeID || a.epoch != epoch {
 		return nil
 	}
-	m.emit(RecordEvent{Kind: "takeover-failed", Array: a.name, Node: nodeID, Epoch: epoch, Message: reason})
-	if a.avoid == nil {
-		a.avoid = map[string]bool{}
-	}
-	a.avoid[nodeID] = true
-	a.phase = phaseIdle
+	m.takeoverFailed(a, reason)
 	return nil
+}
+
+// takeoverFailed ends the current takeover attempt of a, which failed for
+// reason, and schedules the next one: at once on another candidate the
+// first time, then after a doubling backoff. A home node that is still
+// eligible gets homeAttempts tries (one backoff tick apart) before the
+// array goes elsewhere.
+func (m *Machine) takeoverFailed(a *array, reason string) {
+	node := a.owner
+	m.emit(RecordEvent{Kind: "takeover-failed", Array: a.name, Node: node, Epoch: a.epoch, Message: reason})
+	a.fails++
+	a.lastErr, a.errMember = fmt.Sprintf("takeover by %s at epoch %d: %s", node, a.epoch, reason), ""
+	wait := m.backoff(a.fails)
+	if a.failed != "" && a.from == node && m.nodes[node].state == NodeUp {
+		// The owner of a failed array could not assemble it again: it
+		// keeps it (it may still present the namespace; no other node
+		// takes an array from a live owner) and tries again later.
+		a.phase, a.phaseAt, a.nextTry = phaseFailed, m.now, m.now+max(1, wait)
+		return
+	}
+	if node == a.home {
+		a.homeFails++
+	}
+	if node == a.home && a.homeFails < homeAttempts && m.eligible(node) {
+		wait = max(wait, 1) // the home again, but not in the same tick
+	} else {
+		if a.avoid == nil {
+			a.avoid = map[string]bool{}
+		}
+		a.avoid[node] = true
+	}
+	a.nextTry = m.now + wait
+	a.phase = phaseIdle
+}
+
+// backoff is the wait after the k-th consecutive failure of an action: 0
+// after the first, then 1, 2, 4, ... ticks, at most BackoffMaxTicks.
+func (m *Machine) backoff(k int) int64 {
+	if k <= 1 {
+		return 0
+	}
+	return min(int64(1)<<min(k-2, 62), m.cfg.BackoffMaxTicks)
+}
+
+// arrayFailed: the owner's RAID engine lost more members than the level
+// has parity and stopped serving. The owner is the authority (it knows,
+// for instance, that a member under delta resync cannot serve its dirty
+// regions): the array is failed until enough members are back, then it is
+// assembled again under a fresh epoch.
+func (m *Machine) arrayFailed(e ArrayFailed) error {
+	a, err := m.array(e.Array)
+	if err != nil {
+		return err
+	}
+	if e.Node != a.owner || e.Epoch != a.epoch || a.phase == phaseIdle || a.phase == phaseFailed {
+		return nil // a superseded owner, or a failure already handled
+	}
+	reason := e.Reason
+	if reason == "" {
+		reason = "the owner's RAID lost more members than its parity"
+	}
+	m.markFailed(a, e.Node, reason)
+	return nil
+}
+
+// markFailed: a stopped being readable (by its owner's word when by is
+// set, else because the machine counts more members absent than parity).
+// Its owner stops serving it (ANA inaccessible) but keeps it: no other
+// node takes an array from a live owner. Repairs in flight are void. The
+// owner assembles it again under a fresh epoch (Fence, Assemble) when
+// every member is back or those not in sync are within parity, or, once
+// after each member's return, when it is readable by the machine's count
+// (the engine then decides whether the stale members suffice). If the
+// owner is lost meanwhile, the array goes to another node the same way.
+func (m *Machine) markFailed(a *array, by, reason string) {
+	m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAInaccessible, Epoch: a.epoch})
+	m.emit(RecordEvent{Kind: "array-failed", Array: a.name, Node: a.owner, Epoch: a.epoch, Message: reason})
+	for _, mb := range a.members { // the repairs in flight died with the array
+		switch mb.state {
+		case MemberResyncing:
+			mb.state, mb.progress = MemberStale, 0
+		case MemberRebuilding:
+			mb.state, mb.progress = MemberReplaced, 0
+		}
+	}
+	a.failed, a.failedBy, a.waitBack = reason, by, true
+	a.fails++
+	where := ""
+	if by != "" {
+		where = " on " + by
+	}
+	a.lastErr, a.errMember = fmt.Sprintf("array failed%s at epoch %d: %s", where, a.epoch, reason), ""
+	a.nextTry = m.now + max(1, m.backoff(a.fails))
+	if a.phase == phaseActive {
+		a.since = m.now
+	}
+	a.phase, a.phaseAt, a.target = phaseFailed, m.now, ""
+}
+
+// repairFailed: the owner refused or failed a Resync/Rebuild. The member
+// goes back to waiting and the repair is ordered again after a backoff.
+func (m *Machine) repairFailed(e RepairFailed) error {
+	mb, err := m.member(e.Array, e.Member)
+	if err != nil {
+		return err
+	}
+	a := m.arrays[e.Array]
+	if e.Epoch != 0 && e.Epoch != a.epoch {
+		return nil // reported by a superseded owner
+	}
+	what := "resync"
+	switch mb.state {
+	case MemberResyncing:
+		mb.state = MemberStale
+	case MemberRebuilding:
+		mb.state, what = MemberReplaced, "rebuild"
+	default:
+		return nil // no repair of it is running: a duplicate report
+	}
+	mb.progress = 0
+	mb.fails++
+	mb.retryAt = m.now + m.backoff(mb.fails+1)
+	a.lastErr, a.errMember = fmt.Sprintf("%s of %s at epoch %d failed on %s: %s", what, mb.drive, a.epoch, a.owner, e.Reason), mb.drive
+	m.emit(RecordEvent{Kind: "repair-failed", Array: a.name, Node: a.owner, Epoch: a.epoch,
+		Message: fmt.Sprintf("%s of %s (attempt %d): %s", what, mb.drive, mb.fails, e.Reason)})
+	return nil
+}
+
+// repairDone clears the failure record of a repair that finished.
+func (m *Machine) repairDone(a *array, mb *member) {
+	mb.fails, mb.retryAt = 0, 0
+	if a.errMember == mb.drive {
+		a.lastErr, a.errMember = "", ""
+	}
+}
+
+// nodeBack: n came back (a new lease, or its old one renewed after it
+// fenced itself). It is a new incarnation: earlier failures of its own
+// no longer count against it, and what waited for members or candidates
+// is tried now rather than at the end of its backoff.
+func (m *Machine) nodeBack(n *node) {
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		delete(a.avoid, n.id)
+		if a.home == n.id {
+			a.homeFails = 0
+		}
+		a.nextTry, a.waitBack = 0, false
+		for _, mb := range a.members {
+			mb.retryAt = 0
+		}
+	}
 }
 
 // resetForAssemble puts members whose repair was interrupted back in the
@@ -705,13 +866,19 @@ func (a *array) resetForAssemble() (absent, stale []string) {
 func (a *array) absent() int {
 	k := 0
 	for _, mb := range a.members {
-		switch mb.state {
-		case MemberOK, MemberStale, MemberResyncing:
-		default:
+		if absentState(mb.state) {
 			k++
 		}
 	}
 	return k
+}
+
+func absentState(st MemberState) bool {
+	switch st {
+	case MemberOK, MemberStale, MemberResyncing:
+		return false
+	}
+	return true
 }
 
 // redundant: every member is fully in sync.
@@ -726,9 +893,30 @@ func (a *array) redundant() bool {
 
 func (a *array) readable() bool { return a.absent() <= a.level.Parity() }
 
+// canRetake: a takeover (or the re-assembly of a failed array) may start
+// now.
+func (a *array) canRetake(now int64) bool {
+	return a.readable() && now >= a.nextTry && (a.failed == "" || !a.waitBack || a.recoverable())
+}
+
+// recoverable: an array its owner reported failed may be assembled again.
+// Either every member is back (the engine assembles from the newest
+// consistent set), or the members not fully in sync — absent, stale — are
+// within parity. A stale member with another member still away is not
+// enough: its dirty regions have nothing to be rebuilt from.
+func (a *array) recoverable() bool {
+	out := 0
+	for _, mb := range a.members {
+		if mb.state != MemberOK {
+			out++
+		}
+	}
+	return a.absent() == 0 || out <= a.level.Parity()
+}
+
 func (m *Machine) state(a *array) ArrayState {
 	switch {
-	case !a.readable():
+	case !a.readable() || a.failed != "":
 		return StateFailed
 	case a.phase != phaseActive || m.nodes[a.owner].state != NodeUp:
 		return StateOffline
@@ -809,9 +997,16 @@ func (m *Machine) reconcile() {
 	for _, name := range m.arrayOrder {
 		a := m.arrays[name]
 		m.reconcileArray(a)
-		if st := m.state(a); st != a.lastSeen {
+		st := m.state(a)
+		if st != a.lastSeen {
 			m.emit(RecordEvent{Kind: "state", Array: a.name, Message: fmt.Sprintf("%s -> %s", a.lastSeen, st)})
 			a.lastSeen = st
+		}
+		// The jobs of the array's home lose their storage: drain it, as
+		// for a node whose lease expired (resumed below once healthy).
+		if h := m.nodes[a.home]; st == StateFailed && !h.slurmDrained && h.state != NodeDown {
+			h.slurmDrained = true
+			m.emit(SlurmDrain{Node: h.id, Reason: "tier0: array " + a.name + " failed: " + m.reason(a, st)})
 		}
 	}
 	for _, id := range m.nodeOrder {
@@ -825,6 +1020,9 @@ func (m *Machine) reconcile() {
 
 func (m *Machine) nodeHealthy(id string) bool {
 	for _, a := range m.arrays {
+		if a.home == id && m.state(a) == StateFailed {
+			return false
+		}
 		for _, mb := range a.members {
 			if mb.node == id && mb.state != MemberOK && mb.state != MemberDriveFailed && mb.state != MemberReplaced && mb.state != MemberRebuilding {
 				return false
@@ -838,9 +1036,12 @@ func (m *Machine) reconcileArray(a *array) {
 	if a.owner != "" && a.phase != phaseIdle && m.nodes[a.owner].state == NodeFenced {
 		return // wait for the lease to expire or be regained
 	}
+	if (a.phase == phaseActive || a.phase == phaseFencing || a.phase == phaseAssembling) && !a.readable() {
+		m.markFailed(a, "", fmt.Sprintf("%s lost %d of %d members, more than its parity %d", a.level, a.absent(), len(a.members), a.level.Parity()))
+	}
 	switch a.phase {
 	case phaseIdle:
-		if !a.readable() {
+		if !a.canRetake(m.now) {
 			return
 		}
 		to := a.home
@@ -859,13 +1060,7 @@ func (m *Machine) reconcileArray(a *array) {
 		// have learnt of the decision). A late answer carries a stale
 		// epoch and is ignored, so trying elsewhere is safe.
 		if m.now-a.phaseAt >= m.cfg.ReleaseTimeoutTicks {
-			m.emit(RecordEvent{Kind: "takeover-failed", Array: a.name, Node: a.owner, Epoch: a.epoch,
-				Message: fmt.Sprintf("no %s report within %d ticks", a.phase, m.cfg.ReleaseTimeoutTicks)})
-			if a.avoid == nil {
-				a.avoid = map[string]bool{}
-			}
-			a.avoid[a.owner] = true
-			a.phase = phaseIdle
+			m.takeoverFailed(a, fmt.Sprintf("no %s report within %d ticks", a.phase, m.cfg.ReleaseTimeoutTicks))
 			m.reconcileArray(a)
 		}
 	case phaseReleasing:
@@ -875,8 +1070,15 @@ func (m *Machine) reconcileArray(a *array) {
 				Message: fmt.Sprintf("no release within %d ticks; the array stays", m.cfg.ReleaseTimeoutTicks)})
 			a.target = ""
 		}
+	case phaseFailed:
+		if o := m.nodes[a.owner]; a.canRetake(m.now) && o.state == NodeUp && !o.suspect {
+			m.startTakeover(a, a.owner, a.kind)
+		}
 	case phaseActive:
 		for _, mb := range a.members {
+			if m.now < mb.retryAt {
+				continue // the owner refused it: backing off
+			}
 			switch mb.state {
 			case MemberStale:
 				mb.state, mb.progress = MemberResyncing, 0

@@ -28,6 +28,9 @@ type sim struct {
 	acting      map[string]map[string]bool // array -> nodes serving it optimized
 	maxEpoch    map[string]uint64
 	failFence   map[string]bool
+	nodeFails   map[string]int      // node -> fences it still fails (-1: all of them)
+	refuse      map[string]string   // array -> reason its owner refuses every repair with
+	acts        []timed             // every action, with the tick it was decided at
 	backlog     map[string][]Action // intents queued for a cut-off node
 	store       map[string]claim    // array -> the store's ownership record
 	repairs     map[string]uint64   // "array/member" -> epoch of the latest Resync/Rebuild
@@ -46,7 +49,7 @@ func newSim(cfg Config) (*sim, error) {
 	return &sim{
 		m: m, dead: map[string]bool{}, partitioned: map[string]bool{},
 		acting: map[string]map[string]bool{}, maxEpoch: map[string]uint64{},
-		failFence: map[string]bool{}, backlog: map[string][]Action{}, store: map[string]claim{}, repairs: map[string]uint64{}, rack: map[string]string{}, counts: map[string]int{},
+		failFence: map[string]bool{}, nodeFails: map[string]int{}, refuse: map[string]string{}, backlog: map[string][]Action{}, store: map[string]claim{}, repairs: map[string]uint64{}, rack: map[string]string{}, counts: map[string]int{},
 		out: &strings.Builder{},
 	}, nil
 }
@@ -94,6 +97,12 @@ func (s *sim) otherActing(array, node string) []string {
 	return o
 }
 
+// timed is an action and the tick it came out of Ready.
+type timed struct {
+	tick int64
+	act  Action
+}
+
 type claim struct {
 	node  string
 	epoch uint64
@@ -107,6 +116,7 @@ func (s *sim) drain() {
 		}
 		var replies []Event
 		for _, a := range acts {
+			s.acts = append(s.acts, timed{s.m.Now(), a})
 			kind, _, _ := strings.Cut(a.String(), " ")
 			s.counts[kind]++
 			switch r := a.(type) {
@@ -149,6 +159,12 @@ func (s *sim) drain() {
 func (s *sim) perform(a Action) []Event {
 	switch a := a.(type) {
 	case Fence:
+		if k := s.nodeFails[a.Node]; k != 0 { // the node lost its lease, its store calls time out
+			if k > 0 {
+				s.nodeFails[a.Node] = k - 1
+			}
+			return []Event{FenceFailed{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch, Reason: "this node has lost its lease"}}
+		}
 		cur := s.store[a.Array]
 		if cur.epoch >= a.NewEpoch && cur != (claim{a.Node, a.NewEpoch}) {
 			return []Event{OwnershipLost{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch, Winner: cur.node, WinnerEpoch: cur.epoch}}
@@ -179,6 +195,14 @@ func (s *sim) perform(a Action) []Event {
 			s.acting[a.Array] = map[string]bool{}
 		}
 		s.acting[a.Array][a.Node] = true
+	case Resync:
+		if r := s.refuse[a.Array]; r != "" {
+			return []Event{RepairFailed{Array: a.Array, Member: a.Member, Epoch: a.Epoch, Reason: r}}
+		}
+	case Rebuild:
+		if r := s.refuse[a.Array]; r != "" {
+			return []Event{RepairFailed{Array: a.Array, Member: a.Member, Epoch: a.Epoch, Reason: r}}
+		}
 	case Release:
 		delete(s.acting[a.Array], a.Node)
 		return []Event{Released{Array: a.Array, Node: a.Node, Epoch: a.Epoch}}
@@ -423,12 +447,29 @@ func (s *sim) run(cmd string, args []string) (string, error) {
 		s.partitioned[pos[0]] = true
 	case "return", "heal":
 		err = s.revive(pos[0])
+	case "report-returned": // the node's daemon reports it serves nothing (it fenced itself and re-registered)
+		err = s.step(NodeReturned{Node: pos[0]})
 	case "suspect":
 		err = s.step(PartitionSuspected{Node: pos[0]})
 	case "unsuspect":
 		err = s.step(PartitionCleared{Node: pos[0]})
 	case "fail-next-fence":
 		s.failFence[pos[0]] = true
+	case "fail-fences": // fail-fences NODE [n=K]: NODE fails its next K fences (all when n is absent)
+		s.nodeFails[pos[0]] = atoi("n", -1)
+	case "heal-fences":
+		delete(s.nodeFails, pos[0])
+	case "refuse-repairs": // refuse-repairs ARRAY REASON...: its owner refuses every Resync/Rebuild
+		s.refuse[pos[0]] = strings.Join(pos[1:], " ")
+	case "allow-repairs":
+		delete(s.refuse, pos[0])
+	case "array-failed": // array-failed ARRAY REASON...: its owner's RAID failed; it stops serving
+		a, ok := s.m.arrays[pos[0]]
+		if !ok {
+			return "", fmt.Errorf("array %q unknown", pos[0])
+		}
+		delete(s.acting[a.name], a.owner)
+		err = s.step(ArrayFailed{Array: a.name, Node: a.owner, Epoch: a.epoch, Reason: strings.Join(pos[1:], " ")})
 	case "drain":
 		err = s.step(DrainRequested{Node: pos[0]})
 	case "undrain":

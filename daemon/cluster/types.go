@@ -96,6 +96,16 @@ type Config struct {
 	// ArrayAssembled by then goes to another node under a higher epoch.
 	// Default 5.
 	ReleaseTimeoutTicks int64
+	// BackoffMaxTicks caps the wait before a failed or refused action is
+	// tried again: a takeover whose fence or assembly failed (or timed
+	// out), the re-assembly of an array its owner reported failed, a
+	// repair the owner refused. The first failed takeover goes to the next
+	// candidate at once; after that the wait doubles with every
+	// consecutive failure (1, 2, 4, ... ticks) up to this cap, so a
+	// cluster whose nodes cannot act (a frozen store voter) sees a few
+	// attempts, not one epoch per report. A node that returns cuts the
+	// current wait short. Default DefaultBackoffMaxTicks.
+	BackoffMaxTicks int64
 	// Failback is the default failback policy (auto when empty).
 	Failback FailbackPolicy
 	// Self, when set, restricts tick-driven self-fencing to this node: a
@@ -104,6 +114,15 @@ type Config struct {
 	Self string
 }
 
+// DefaultBackoffMaxTicks is the default Config.BackoffMaxTicks.
+const DefaultBackoffMaxTicks = 32
+
+// homeAttempts is how many consecutive takeovers may fail at an eligible
+// home node before the array is placed elsewhere: a home that fenced
+// itself for a moment and came back with a lease takes its array back
+// (after one backoff tick) instead of losing it to another node.
+const homeAttempts = 2
+
 func (c *Config) validate() error {
 	if c.SafetyTicks == 0 {
 		c.SafetyTicks = 1
@@ -111,13 +130,16 @@ func (c *Config) validate() error {
 	if c.ReleaseTimeoutTicks == 0 {
 		c.ReleaseTimeoutTicks = 5
 	}
+	if c.BackoffMaxTicks == 0 {
+		c.BackoffMaxTicks = DefaultBackoffMaxTicks
+	}
 	if c.Failback == "" {
 		c.Failback = FailbackAuto
 	}
 	if c.Failback != FailbackAuto && c.Failback != FailbackManual {
 		return fmt.Errorf("failback policy %q: want auto or manual: %w", c.Failback, ErrBadConfig)
 	}
-	if c.LeaseTicks < 0 || c.SelfFenceTicks < 0 || c.SafetyTicks < 0 || c.ReleaseTimeoutTicks < 0 {
+	if c.LeaseTicks < 0 || c.SelfFenceTicks < 0 || c.SafetyTicks < 0 || c.ReleaseTimeoutTicks < 0 || c.BackoffMaxTicks < 0 {
 		return fmt.Errorf("negative tick count in %+v: %w", *c, ErrBadConfig)
 	}
 	if c.SelfFenceTicks == 1 {
@@ -146,8 +168,9 @@ const (
 	StateOptimal    ArrayState = "optimal"
 	StateDegraded   ArrayState = "degraded"
 	StateRebuilding ArrayState = "rebuilding"
-	// StateFailed: more members are lost than the level has parity; the
-	// array is unreadable until members return.
+	// StateFailed: more members are lost than the level has parity, or
+	// the owner's RAID engine says so (ArrayFailed); the array is
+	// unreadable until members return, then it is assembled again.
 	StateFailed ArrayState = "failed"
 	// StateOffline: the array is readable but no node serves it right now
 	// (hand-off in progress, or no eligible node).
