@@ -68,6 +68,11 @@ type IdentifyController struct {
 	ANACAP     uint8
 	ANAGRPMAX  uint32
 	NANAGRPID  uint32
+	// CQT is the Command Quiesce Time (bytes 386:387, NVMe 2.1, TP4129):
+	// the worst-case time in milliseconds the controller needs, after a
+	// keep-alive timeout or another loss of communication, until no
+	// command of the lost association can run any more; 0: not reported.
+	CQT        uint16
 	SQES, CQES uint8
 	MaxCmd     uint16
 	NN         uint32
@@ -113,6 +118,7 @@ func (c *IdentifyController) Append(b []byte) []byte {
 	o[342], o[343] = c.ANATT, c.ANACAP
 	le.PutUint32(o[344:], c.ANAGRPMAX)
 	le.PutUint32(o[348:], c.NANAGRPID)
+	le.PutUint16(o[386:], c.CQT)
 	o[512], o[513] = c.SQES, c.CQES
 	le.PutUint16(o[514:], c.MaxCmd)
 	le.PutUint32(o[516:], c.NN)
@@ -144,7 +150,7 @@ func ParseIdentifyController(o []byte) (IdentifyController, error) {
 		OAES: le.Uint32(o[92:]), CTRATT: le.Uint32(o[96:]), CntrlType: o[111], OACS: le.Uint16(o[256:]),
 		ACL: o[258], AERL: o[259], FRMW: o[260], LPA: o[261], ELPE: o[262], NPSS: o[263],
 		KAS: le.Uint16(o[320:]), ANATT: o[342], ANACAP: o[343], ANAGRPMAX: le.Uint32(o[344:]), NANAGRPID: le.Uint32(o[348:]),
-		SQES: o[512], CQES: o[513], MaxCmd: le.Uint16(o[514:]), NN: le.Uint32(o[516:]), ONCS: le.Uint16(o[520:]),
+		CQT: le.Uint16(o[386:]), SQES: o[512], CQES: o[513], MaxCmd: le.Uint16(o[514:]), NN: le.Uint32(o[516:]), ONCS: le.Uint16(o[520:]),
 		FUSES: le.Uint16(o[522:]), FNA: o[524], VWC: o[525], AWUN: le.Uint16(o[526:]), AWUPF: le.Uint16(o[528:]),
 		SGLS: le.Uint32(o[536:]), MNAN: le.Uint32(o[540:]),
 		IOCCSZ: le.Uint32(o[1792:]), IORCSZ: le.Uint32(o[1796:]), ICDOFF: le.Uint16(o[1800:]), CtrAttr: o[1802], MSDBD: o[1803],

@@ -225,7 +225,7 @@ func TestPropertyAndLogCmds(t *testing.T) {
 func sampleIdentifyController() IdentifyController {
 	return IdentifyController{VID: 0x1b36, SN: "tier0-abc", MN: "tier0", FR: "0.1", CMIC: CMICMultiPort | CMICMultiCtrl | CMICANA,
 		MDTS: 8, CntlID: 0x101, Ver: 0x10400, OAES: OAESANAChange, CntrlType: CtrlTypeIO, AERL: 3, LPA: 1 << 2, KAS: 1,
-		ANATT: 10, ANACAP: ANACAPOptimized | ANACAPInaccessible, ANAGRPMAX: 32, NANAGRPID: 32, SQES: 0x66, CQES: 0x44,
+		ANATT: 10, ANACAP: ANACAPOptimized | ANACAPInaccessible, ANAGRPMAX: 32, NANAGRPID: 32, CQT: 1250, SQES: 0x66, CQES: 0x44,
 		MaxCmd: 128, NN: 1024, ONCS: ONCSDSM | ONCSWriteZeroes | ONCSReservations, VWC: 1, SGLS: 1 | 1<<2 | 1<<20, MNAN: 1024,
 		SubNQN: "nqn.2026-01.io.tier0:array-a", IOCCSZ: 4 + 1024, IORCSZ: 1, CtrAttr: 0, MSDBD: 1}
 }
@@ -233,7 +233,8 @@ func sampleIdentifyController() IdentifyController {
 func TestIdentifyController(t *testing.T) {
 	c := sampleIdentifyController()
 	b := c.Append(nil)
-	if len(b) != 4096 || b[76] != 0x0B || b[343] != c.ANACAP || binary.LittleEndian.Uint32(b[540:]) != 1024 || string(b[4:13]) != "tier0-abc" || b[13] != ' ' {
+	if len(b) != 4096 || b[76] != 0x0B || b[343] != c.ANACAP || binary.LittleEndian.Uint32(b[540:]) != 1024 || string(b[4:13]) != "tier0-abc" || b[13] != ' ' ||
+		binary.LittleEndian.Uint16(b[386:]) != 1250 {
 		t.Fatal("identify controller layout wrong")
 	}
 	got, err := ParseIdentifyController(b)

@@ -448,6 +448,7 @@ func (t *Target) identifyController(c *controller) nvme.IdentifyController {
 	ic.ONCS = nvme.ONCSDSM | nvme.ONCSWriteZeroes | nvme.ONCSReservations
 	ic.VWC = 1
 	ic.IOCCSZ = uint32((nvme.SQELen + t.cfg.InlineDataSize) / 16)
+	ic.CQT = t.cqtMillis()
 	return ic
 }
 

@@ -127,10 +127,11 @@ type conn struct {
 	// (subsystem.drains) from the moment it is known dead (teardown, or its
 	// controller's shutdown) until its workers have finished; see
 	// beginDrain. dropped counts queued commands never executed.
-	drainOnce sync.Once
-	drainKey  hostKey
-	drainSub  *subsystem
-	dropped   atomic.Int64
+	drainOnce  sync.Once
+	drainKey   hostKey
+	drainSub   *subsystem
+	drainStart time.Time
+	dropped    atomic.Int64
 }
 
 func newConn(t *Target, nc net.Conn) *conn {
@@ -588,7 +589,7 @@ func (c *conn) beginDrain(ctrl *controller) {
 		return
 	}
 	c.drainOnce.Do(func() {
-		c.drainSub, c.drainKey = ctrl.sub, hostKey{ctrl.hostNQN, ctrl.hostID}
+		c.drainSub, c.drainKey, c.drainStart = ctrl.sub, hostKey{ctrl.hostNQN, ctrl.hostID}, time.Now()
 		ctrl.sub.mu.Lock()
 		ctrl.sub.drains[c.drainKey]++
 		ctrl.sub.mu.Unlock()
@@ -604,6 +605,10 @@ func (c *conn) endDrain() {
 		}
 		s.mu.Unlock()
 		c.drainSub = nil
+		if d := time.Since(c.drainStart); d > c.t.cfg.CommandQuiesceTime && c.ctrl != nil {
+			c.t.log.Warn("commands of a dead I/O queue outlived the advertised command quiesce time; a host may have resubmitted them already",
+				"cntlid", c.ctrl.id, "qid", c.qid, "hostnqn", c.ctrl.hostNQN, "drain", d.Round(time.Millisecond), "cqt", c.t.cfg.CommandQuiesceTime)
+		}
 	}
 	if n := c.dropped.Load(); n > 0 && c.ctrl != nil {
 		c.t.log.Info("dropped the commands queued on a closed I/O queue; they were never executed",

@@ -130,3 +130,29 @@ func TestDeadConnectionCommandsNeverRunAfterRetry(t *testing.T) {
 		t.Fatalf("%d writes reached the device, want 2 (the one executing at the close, and the new association's); the 3 queued behind the closed connection must be dropped", n)
 	}
 }
+
+// TestIdentifyAdvertisesCQT: Identify Controller reports the Command
+// Quiesce Time the host waits for (CommandQuiesceTime + KeepAliveSweep,
+// in ms) before resubmitting a lost association's writes.
+func TestIdentifyAdvertisesCQT(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want uint16
+	}{
+		{Config{}, 2250},
+		{Config{CommandQuiesceTime: 500 * time.Millisecond, KeepAliveSweep: 100 * time.Millisecond}, 600},
+	} {
+		_, addr := newTarget(t, tc.cfg, nil)
+		a, _ := adminConnect(t, addr, 0, testHostNQN, testHostID)
+		ic, err := nvme.ParseIdentifyController(a.identify(nvme.CNSController, 0).data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ic.CQT != tc.want {
+			t.Errorf("CQT %d ms with CommandQuiesceTime %v and KeepAliveSweep %v, want %d", ic.CQT, tc.cfg.CommandQuiesceTime, tc.cfg.KeepAliveSweep, tc.want)
+		}
+	}
+	if _, err := New(Config{CommandQuiesceTime: 61 * time.Second}); err == nil {
+		t.Error("CommandQuiesceTime 61 s accepted; CQT holds at most 65535 ms")
+	}
+}

@@ -64,11 +64,18 @@ const (
 	defaultInline        = 16 << 10
 	adminInline          = 8 << 10 // the Linux host's admin queue in-capsule size
 	adminQueueDepth      = 32
+	defaultQuiesceTime   = 2 * time.Second
 	maxAERs              = 4
 	maxNamespaces        = 1024
 	maxANAGroups         = 32
 	cntlIDMax            = 0xFFEF
 )
+
+// cqtMillis is the Command Quiesce Time advertised in Identify Controller:
+// the drain bound plus the keep-alive sweep's lag in noticing a loss.
+func (t *Target) cqtMillis() uint16 {
+	return uint16((t.cfg.CommandQuiesceTime + t.cfg.KeepAliveSweep + time.Millisecond - 1) / time.Millisecond)
+}
 
 // Config configures a Target. Zero values take the documented defaults.
 type Config struct {
@@ -108,6 +115,15 @@ type Config struct {
 	// KeepAliveSweep is how often controllers are checked for an expired
 	// keep-alive timeout (default 250 ms).
 	KeepAliveSweep time.Duration
+	// CommandQuiesceTime is the longest a command already executing on a
+	// device is expected to take after its controller was torn down
+	// (keep-alive timeout or closed connection); queued commands are
+	// dropped at once. Advertised, plus KeepAliveSweep, as Identify
+	// Controller CQT: a host waits KATO + CQT after losing an association
+	// before it resubmits that association's writes anywhere else
+	// (docs/FABRIC.md, "Command lifetime"). Default 2 s; at most 60 s. A
+	// drain that takes longer is logged as a warning.
+	CommandQuiesceTime time.Duration
 	// Logger receives the target's logs (default: discard).
 	Logger *slog.Logger
 	// Clock is the time source for keep-alive (default: wall clock).
@@ -186,6 +202,13 @@ func New(cfg Config) (*Target, error) {
 	}
 	if cfg.KeepAliveSweep <= 0 {
 		cfg.KeepAliveSweep = 250 * time.Millisecond
+	}
+	if cfg.CommandQuiesceTime <= 0 {
+		cfg.CommandQuiesceTime = defaultQuiesceTime
+	}
+	if cfg.CommandQuiesceTime > 60*time.Second || cfg.KeepAliveSweep > 5*time.Second {
+		return nil, fmt.Errorf("CommandQuiesceTime %v / KeepAliveSweep %v: at most 60 s / 5 s (CQT is 16 bits of milliseconds): %w",
+			cfg.CommandQuiesceTime, cfg.KeepAliveSweep, ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
