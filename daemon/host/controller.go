@@ -82,6 +82,11 @@ type Options struct {
 	// asynchronous event, after the host handled it itself (e.g. re-read the
 	// ANA log).
 	OnAEN func(AEN)
+	// Now and After are the clock of the command quiesce wait (see
+	// docs/FABRIC.md, "Command lifetime"); default time.Now and
+	// time.After. Tests inject a fake.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -124,6 +129,12 @@ func (o *Options) setDefaults() {
 	if o.Dialer == nil {
 		d := &net.Dialer{}
 		o.Dialer = d.DialContext
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 }
 
@@ -187,11 +198,18 @@ type assoc struct {
 	dead   chan struct{}
 	once   sync.Once
 	err    error
+	now    func() time.Time
+	// quiesce is how long after its loss a command of this association
+	// may still execute on the controller (quiesceTime); lostAt is when
+	// fail was first called. Both are read only after fail.
+	quiesce time.Duration
+	lostAt  time.Time
 }
 
 func (a *assoc) fail(err error) {
 	a.once.Do(func() {
 		a.err = err
+		a.lostAt = a.now()
 		close(a.dead)
 		a.admin.fail(err)
 		for _, q := range a.io {
@@ -295,7 +313,7 @@ func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &assoc{admin: admin, dead: make(chan struct{})}
+	a := &assoc{admin: admin, dead: make(chan struct{}), now: o.Now}
 	fail := func(err error) (*assoc, error) {
 		a.fail(err)
 		return nil, err
@@ -346,6 +364,7 @@ func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 	if a.id.SubNQN != "" && a.id.SubNQN != o.SubNQN {
 		return fail(fmt.Errorf("controller %s reports subsystem %q, wanted %q", c.addr, a.id.SubNQN, o.SubNQN))
 	}
+	a.quiesce = quiesceTime(o, a.id.CQT)
 	nq := o.IOQueues
 	if nq > 0 && o.SubNQN != nvme.DiscoveryNQN {
 		// Number of Queues: 0's based counts of SQs and CQs.
@@ -739,6 +758,67 @@ func (a *assoc) ioQueue(c *Controller) (*queue, error) {
 	return a.io[int(c.rr.Add(1))%len(a.io)], nil
 }
 
+// quiesceTime is how long after the loss of an association the
+// controller may still execute its commands (the command lifetime rule,
+// docs/FABRIC.md; NVMe TP4129): the controller notices the loss within
+// KATO (the keep-alive timeout it enforces for us) and then needs at most
+// its Command Quiesce Time (Identify Controller CQT) to finish what it is
+// executing. A controller that reports no CQT gets KATO alone, as Linux
+// does. With keep-alive off the controller may never notice, and the I/O
+// timeout stands in for KATO.
+func quiesceTime(o *Options, cqt uint16) time.Duration {
+	kato := o.KATO
+	if kato <= 0 {
+		kato = o.IOTimeout
+	}
+	return kato + time.Duration(cqt)*time.Millisecond
+}
+
+// waitQuiesced waits until the lost association a can no longer execute
+// anything on the controller: quiesce after its loss. It returns errClosed
+// when the controller (or cancel) closes first.
+func (c *Controller) waitQuiesced(a *assoc, cancel <-chan struct{}) error {
+	left := a.lostAt.Add(a.quiesce).Sub(c.opts.Now())
+	if left <= 0 {
+		return nil
+	}
+	c.log.Info("holding the writes of a lost association until the controller has quiesced it (KATO + CQT)",
+		"cntlid", a.cntlid, "wait", left, "quiesce", a.quiesce, "cqt_ms", a.id.CQT)
+	select {
+	case <-c.opts.After(left):
+		return nil
+	case <-c.closeCh:
+		return errClosed
+	case <-cancel:
+		return errClosed
+	}
+}
+
+// lostError is the error of a modifying command that was sent on an
+// association that was then lost: the controller may still execute it
+// until the association is quiesced, so it must not be sent anywhere else
+// before (Multipath waits with wait).
+type lostError struct {
+	err error
+	c   *Controller
+	a   *assoc
+}
+
+func (e *lostError) Error() string { return e.err.Error() }
+func (e *lostError) Unwrap() error { return e.err }
+
+func (e *lostError) wait(cancel <-chan struct{}) error { return e.c.waitQuiesced(e.a, cancel) }
+
+// modifies reports whether a command changes the namespace or its
+// reservation, i.e. must not run after its retry.
+func modifies(opc uint8) bool {
+	switch opc {
+	case nvme.CmdWrite, nvme.CmdWriteZeroes, nvme.CmdDSM, nvme.CmdResvRegister, nvme.CmdResvAcquire, nvme.CmdResvRelease:
+		return true
+	}
+	return false
+}
+
 // I/O flags.
 const (
 	ioNoRetry  = 1 << iota // do not resend after a lost connection
@@ -746,7 +826,10 @@ const (
 )
 
 // io runs one I/O command, retrying it on a new association when the
-// connection is lost (within CtrlLossTimeout) unless ioNoRetry.
+// connection is lost (within CtrlLossTimeout) unless ioNoRetry. A modifying
+// command that was sent before the loss is resubmitted only after the lost
+// association is quiesced (waitQuiesced); without retry its error is a
+// *lostError, so that Multipath waits the same before another path.
 func (c *Controller) io(op string, sqe nvme.SQE, w, r []byte, flags int) (nvme.CQE, error) {
 	noRetry := flags&(ioNoRetry|ioFailFast) != 0
 	for {
@@ -764,18 +847,34 @@ func (c *Controller) io(op string, sqe nvme.SQE, w, r []byte, flags int) (nvme.C
 		if err != nil {
 			return nvme.CQE{}, err
 		}
-		cqe, err := q.submit(&cmd{sqe: sqe, wdata: w, rdata: r})
+		cid, err := q.start(&cmd{sqe: sqe, wdata: w, rdata: r}, true)
+		sent := err == nil
+		var cqe nvme.CQE
+		if sent {
+			cqe, err = q.wait(cid)
+		}
 		if err == nil {
 			return cqe, nil
 		}
 		// the queue failed: make sure the association is torn down so that
 		// current() waits for the reconnect
 		a.fail(err)
-		if noRetry || errors.Is(a.err, errClosed) {
-			return cqe, fmt.Errorf("%s on %s: %w: %w", op, c.addr, err, ioErrKind(a.err))
+		lost := sent && modifies(sqe.Opcode)
+		if noRetry || errors.Is(a.err, errClosed) || errors.Is(a.err, blockdev.ErrTimeout) {
+			if errors.Is(a.err, blockdev.ErrTimeout) && !noRetry {
+				err = fmt.Errorf("%s on %s: %w", op, c.addr, a.err)
+			} else {
+				err = fmt.Errorf("%s on %s: %w: %w", op, c.addr, err, ioErrKind(a.err))
+			}
+			if lost {
+				err = &lostError{err: err, c: c, a: a}
+			}
+			return cqe, err
 		}
-		if errors.Is(a.err, blockdev.ErrTimeout) {
-			return cqe, fmt.Errorf("%s on %s: %w", op, c.addr, a.err)
+		if lost {
+			if werr := c.waitQuiesced(a, nil); werr != nil {
+				return cqe, fmt.Errorf("%s on %s: %w (while waiting for the lost association to quiesce before resubmitting)", op, c.addr, werr)
+			}
 		}
 	}
 }

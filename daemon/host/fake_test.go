@@ -35,6 +35,9 @@ type fakeTarget struct {
 	aers       []func(uint32) // outstanding AERs (complete with dw0)
 	pendingAEN bool           // an ANA change not yet reported
 	stall      atomic.Bool    // swallow I/O commands
+	stalled    chan uint8     // receives the opcode of each swallowed command (when non-nil)
+	cqt        uint16         // Identify Controller CQT reported (ms)
+	handled    atomic.Int64   // writes (Write, Write Zeroes) executed
 	dropAt     atomic.Int64   // when > 0: drop every connection when cmds reaches it
 	refuse     atomic.Bool    // refuse new connections
 	cmds       atomic.Int64
@@ -43,6 +46,10 @@ type fakeTarget struct {
 	holder     [16]byte     // reservation holder host ID (zero: none)
 	regs       map[[16]byte]uint64
 	rtype      nvme.ResvType
+	// lateRead, when non-nil, holds the C2HData of every read until the
+	// test closes it; lateSent then receives each send's outcome.
+	lateRead chan struct{}
+	lateSent chan error
 }
 
 func newFakeTarget(t *testing.T, nqn string, size int) *fakeTarget {
@@ -119,13 +126,13 @@ func (f *fakeTarget) serve(c net.Conn) {
 	br := bufio.NewReader(c)
 	bw := bufio.NewWriterSize(countWriter{c, &f.writes}, 256<<10)
 	var wmu sync.Mutex
-	send := func(b ...[]byte) {
+	send := func(b ...[]byte) error {
 		wmu.Lock()
 		defer wmu.Unlock()
 		for _, p := range b {
 			bw.Write(p)
 		}
-		bw.Flush()
+		return bw.Flush()
 	}
 	ic := make([]byte, nvme.ICReqLen)
 	if _, err := io.ReadFull(br, ic); err != nil {
@@ -198,6 +205,16 @@ func (f *fakeTarget) serve(c net.Conn) {
 				f.dataMu.Lock()
 				src := append([]byte(nil), f.data[off:off+n]...)
 				f.dataMu.Unlock()
+				if f.lateRead != nil {
+					<-f.lateRead
+					p := nvme.DataPDU{Type: nvme.PDUC2HData, CID: sqe.CID, Length: uint32(n), Flags: nvme.FlagDataLast | nvme.FlagDataSuccess}
+					err := send(p.Append(nil, dg), dataPDU(src))
+					select {
+					case f.lateSent <- err:
+					default:
+					}
+					return
+				}
 				for o := uint32(0); o < uint32(n); {
 					k := min(uint32(n)-o, f.c2hMax)
 					p := nvme.DataPDU{Type: nvme.PDUC2HData, CID: sqe.CID, Offset: o, Length: k}
@@ -217,11 +234,13 @@ func (f *fakeTarget) serve(c net.Conn) {
 				f.dataMu.Lock()
 				copy(f.data[off:], data)
 				f.dataMu.Unlock()
+				f.handled.Add(1)
 				resp(sqe.CID, 0, 0)
 			case nvme.CmdWriteZeroes:
 				f.dataMu.Lock()
 				clear(f.data[off : off+n])
 				f.dataMu.Unlock()
+				f.handled.Add(1)
 				resp(sqe.CID, 0, 0)
 			}
 		case nvme.CmdFlush:
@@ -372,7 +391,7 @@ func (f *fakeTarget) serve(c net.Conn) {
 				var b []byte
 				switch ic.CNS {
 				case nvme.CNSController:
-					id := nvme.IdentifyController{MN: "fake", CntlID: 1, OAES: nvme.OAESANAChange, ANACAP: 0x1F, ANAGRPMAX: 1, NANAGRPID: 1,
+					id := nvme.IdentifyController{MN: "fake", CntlID: 1, OAES: nvme.OAESANAChange, ANACAP: 0x1F, ANAGRPMAX: 1, NANAGRPID: 1, CQT: f.cqt,
 						NN: 1, MNAN: 1, CMIC: 0x0B, MDTS: 5, SubNQN: f.nqn, IOCCSZ: uint32(f.inline+64) / 16, SQES: 0x66, CQES: 0x44}
 					b = id.Append(nil)
 				case nvme.CNSNamespace:
@@ -416,6 +435,12 @@ func (f *fakeTarget) serve(c net.Conn) {
 			}
 		default:
 			if f.stall.Load() {
+				if f.stalled != nil {
+					select {
+					case f.stalled <- sqe.Opcode:
+					default:
+					}
+				}
 				continue
 			}
 			if sqe.Opcode == nvme.CmdWrite || (sqe.DPTR.Type == nvme.SGLTypeTransport && sqe.DPTR.Length > 0 && sqe.Opcode != nvme.CmdRead && sqe.Opcode != nvme.CmdResvReport) {
@@ -434,7 +459,7 @@ func (f *fakeTarget) serve(c net.Conn) {
 	}
 }
 
-func (f *fakeTarget) c2h(send func(...[]byte), dataPDU func([]byte) []byte, dg uint8, cid uint16, b []byte) {
+func (f *fakeTarget) c2h(send func(...[]byte) error, dataPDU func([]byte) []byte, dg uint8, cid uint16, b []byte) {
 	p := nvme.DataPDU{Type: nvme.PDUC2HData, CID: cid, Length: uint32(len(b)), Flags: nvme.FlagDataLast}
 	send(p.Append(nil, dg), dataPDU(b))
 }

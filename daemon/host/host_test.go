@@ -400,6 +400,12 @@ func TestMultipathPathLoss(t *testing.T) {
 	}
 	f1.refuse.Store(true)
 	f1.dropAll()
+	// The path is lost before the writes: a write in flight at the loss
+	// would rightly wait for the path to quiesce (KATO) before another
+	// path (TestMultipathWriteWaitsQuiesceBeforeOtherPath).
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && mp.Paths()[0].Connected; {
+		time.Sleep(2 * time.Millisecond)
+	}
 	buf := make([]byte, 512)
 	start := time.Now()
 	for i := 0; i < 50; i++ {

@@ -248,6 +248,14 @@ func (m *Multipath) do(f func(ns *Namespace) error) error {
 			}
 			p.errs.Add(1)
 			last = err
+			var lost *lostError
+			if errors.As(err, &lost) {
+				// a write of that path may still execute on its
+				// controller: another path only once it is quiesced
+				if werr := lost.wait(m.closeCh); werr != nil {
+					return fmt.Errorf("multipath: %w (while waiting for path %s to quiesce: %w)", err, p.addr, werr)
+				}
+			}
 			m.log.Debug("multipath: path error, trying another path", "addr", p.addr, "err", err)
 			avoid |= 1 << uint(m.index(p)%64)
 			// the controller's view changed; re-read its ANA log in the

@@ -150,6 +150,7 @@ func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
 	// only by wait, so starting more than the queue holds would deadlock
 	window := max(1, len(q.slots)/2)
 	var redo []piece
+	lost := false // a write piece was sent and its connection lost
 	started := 0
 	for waited := 0; waited < len(pieces); waited++ {
 		for started < len(pieces) && started-waited < window {
@@ -169,6 +170,7 @@ func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
 		cqe, err := q.wait(pc.cid)
 		if err != nil {
 			redo = append(redo, pc)
+			lost = lost || write
 			continue
 		}
 		if err := n.status(opName(write), off+int64(pc.lo), cqe); err != nil {
@@ -177,6 +179,17 @@ func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
 	}
 	if len(redo) > 0 {
 		a.fail(fmt.Errorf("queue %d failed during a batched request", q.qid))
+		if lost {
+			// the lost pieces may still execute on the controller: no
+			// resubmission before the association is quiesced
+			err := fmt.Errorf("write of %d bytes at byte %d of namespace %d on %s: queue %d: %w: %w", len(p), off, n.nsid, n.c.addr, q.qid, errConnLost, blockdev.ErrIO)
+			if n.flags&ioFailFast != 0 {
+				return 0, &lostError{err: err, c: n.c, a: a}
+			}
+			if werr := n.c.waitQuiesced(a, nil); werr != nil {
+				return 0, fmt.Errorf("%w (while waiting for the lost association to quiesce: %w)", err, werr)
+			}
+		}
 		for _, pc := range redo {
 			if err := n.rw1(p[pc.lo:pc.hi], off+int64(pc.lo), write, fua); err != nil {
 				setErr(pc.lo, err)
