@@ -17,6 +17,7 @@ import (
 
 	"tier0/daemon/config"
 	"tier0/reliability/campaign"
+	"tier0/reliability/nemesis"
 )
 
 // campaignExit carries the campaign's exit code: 1 a violation (data lost,
@@ -34,13 +35,13 @@ func init() {
 	var (
 		site, work, tier0d, faults, logLevel string
 		local, short, keep, netns            bool
-		inHub                                string
-		duration, bound, pace                time.Duration
+		inHub, nemesisKinds                  string
+		duration, bound, pace, window        time.Duration
 		seed                                 uint64
-		units, portShift                     int
+		units, portShift, runs               int
 	)
 	cmd := &cobra.Command{
-		Use:   "campaign --site FILE --local [--short|--duration D] [--seed N]",
+		Use:   "campaign --site FILE --local [--short|--duration D] [--seed N] [--nemesis KINDS --runs R]",
 		Short: "fault campaign: inject node kills, freezes and drive faults under a checked write workload",
 		Long: `campaign starts the site's cluster on this machine (one tier0d per node),
 writes self-checking blocks to every array through the ANA multipath, and
@@ -62,9 +63,23 @@ fault: the owner's link goes down until another node serves its array.
 sites); the default runs every fault once; --duration repeats random faults
 until it has passed (the soak form, scripts/soak.sh).
 
-Exit status: 0 passed, 1 a violation (lost, stale or corrupt data, or a
-stuck array), 2 the campaign could not run. docs/RELIABILITY.md explains
-the campaigns and the figures.`,
+--nemesis KINDS (a comma list, default all; --runs or --window alone
+also select the nemesis) runs the nemesis
+instead (reliability/nemesis): every node's addresses are routed through
+toxiproxy proxies on 127.0.100.x, and each run draws a schedule of 1-3
+overlapping faults from its seed (--seed for the first run, +1 for each
+next one): kill, freeze (below, around and above the lease TTL),
+restart-storm, power-loss, latency, bandwidth, stall, reset, one-way,
+partition, drain, fail-drive (or the groups process, network, disk, ops).
+Each run's faults start within --window, are healed, the cluster must
+recover, and every read and write of the run is checked for
+linearizability. --runs R runs R schedules; --duration D runs them until D
+has passed. A line per run, then a summary: runs, faults injected by kind,
+operations checked, anomalies by kind. Replay a run with --seed N --runs 1.
+
+Exit status: 0 passed, 1 a violation (lost, stale or corrupt data, an
+anomaly in a checked history, or a stuck array), 2 the campaign could not
+run. docs/RELIABILITY.md explains the campaigns and the figures.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if site == "" {
@@ -92,6 +107,13 @@ the campaigns and the figures.`,
 				if !keep {
 					defer os.RemoveAll(work)
 				}
+			}
+			if fl := cmd.Flags(); fl.Changed("nemesis") || fl.Changed("runs") || fl.Changed("window") {
+				if netns || inHub != "" || short || faults != "" {
+					return campaignExit{errors.New("--nemesis draws its own faults: it excludes --netns, --short and --faults"), 2}
+				}
+				return runNemesis(cmd, nemesisOpts{site: site, bin: bin, work: work, kinds: nemesisKinds, seed: seed, runs: runs,
+					duration: duration, window: window, bound: bound, units: units, portShift: portShift, keep: keep, level: lv})
 			}
 			o := campaign.Options{Site: site, Binary: bin, Workdir: work, PortShift: portShift, Seed: seed,
 				Duration: duration, RecoverBound: bound, RecoveryPace: pace, Units: units,
@@ -152,6 +174,9 @@ the campaigns and the figures.`,
 	f.StringVar(&tier0d, "tier0d", "", "tier0d binary (default: next to tier0, then $PATH)")
 	f.StringVar(&logLevel, "log-level", "error", "log level of the campaign's own log on stderr")
 	f.BoolVar(&netns, "netns", false, "run the nodes in network namespaces (root) and enable the partition-owner fault")
+	f.StringVar(&nemesisKinds, "nemesis", "all", "run the nemesis with these fault kinds (comma list; all, process, network, disk, ops, or "+strings.Join(nemesis.AllKinds, ",")+")")
+	f.IntVar(&runs, "runs", 1, "nemesis: schedules to run (seeds --seed, --seed+1, ...)")
+	f.DurationVar(&window, "window", 20*time.Second, "nemesis: each schedule's fault window")
 	f.StringVar(&inHub, "in-hub", "", "internal: running inside the hub namespace of this prefix")
 	_ = f.MarkHidden("in-hub")
 	rootCmd.AddCommand(cmd)
@@ -226,6 +251,58 @@ func campaignInNetns(cmd *cobra.Command, addrs map[string]string) error {
 			return campaignExit{fmt.Errorf("campaign in namespace %s: %w", nn.Hub, err), ee.ExitCode()}
 		}
 		return campaignExit{err, 2}
+	}
+	return nil
+}
+
+type nemesisOpts struct {
+	site, bin, work, kinds string
+	seed                   uint64
+	runs, units, portShift int
+	duration, window       time.Duration
+	bound                  time.Duration
+	keep                   bool
+	level                  slog.Level
+}
+
+// runNemesis runs `campaign --nemesis`: live lines on stderr, the summary
+// (or JSON) on stdout, exit 1 on any anomaly.
+func runNemesis(cmd *cobra.Command, n nemesisOpts) error {
+	kinds, err := nemesis.ParseKinds(n.kinds)
+	if err != nil {
+		return campaignExit{fmt.Errorf("--nemesis: %w", err), 2}
+	}
+	if n.runs <= 0 {
+		return campaignExit{fmt.Errorf("--runs %d: want at least 1", n.runs), 2}
+	}
+	if n.units > 0 && n.units < 8 {
+		return campaignExit{fmt.Errorf("--units %d: want at least 8 per array", n.units), 2}
+	}
+	o := nemesis.Options{Site: n.site, Binary: n.bin, Workdir: n.work, PortShift: n.portShift, Kinds: kinds, Seed: n.seed,
+		Runs: n.runs, Duration: n.duration, Window: n.window, RecoverBound: n.bound, Units: n.units,
+		Out:    cmd.ErrOrStderr(),
+		Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: n.level})),
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := nemesis.Run(ctx, o)
+	if err != nil {
+		return campaignExit{fmt.Errorf("nemesis could not run (node logs in %s; --keep keeps them): %w", n.work, err), 2}
+	}
+	if jsonOut {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprint(cmd.OutOrStdout(), res.Summary())
+	}
+	if err := res.Err(); err != nil {
+		if !n.keep {
+			fmt.Fprintf(cmd.ErrOrStderr(), "the work directory %s is removed; rerun with --keep to keep the node logs\n", n.work)
+		}
+		return campaignExit{err, 1}
 	}
 	return nil
 }
