@@ -527,34 +527,6 @@ func (r *runner) finalVerify() {
 	}
 }
 
-// slurm checks the input of the Slurm hooks on every node, when the site
-// uses Slurm.
-func (r *runner) slurm() {
-	if !r.cfg.Slurm.Enabled {
-		r.check(CheckSlurm, bench.NotRun, fmt.Sprintf("Slurm not configured (slurm.enabled is false in %s)", r.cfg.File))
-		return
-	}
-	var bad, good []string
-	for _, n := range r.cfg.Nodes {
-		ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-		h, err := r.clients[n.Name].NodeHealth(ctx)
-		cancel()
-		switch {
-		case err != nil:
-			bad = append(bad, fmt.Sprintf("node %s: %v", n.Name, err))
-		case h.Daemon != "ok" || h.Fenced || !h.Redundant || len(h.DrivesMissing) > 0:
-			bad = append(bad, fmt.Sprintf("node %s: daemon %s, fenced %v, redundant %v, drives missing %v: its Slurm health check would drain it", n.Name, h.Daemon, h.Fenced, h.Redundant, h.DrivesMissing))
-		default:
-			good = append(good, n.Name)
-		}
-	}
-	if len(bad) > 0 {
-		r.check(CheckSlurm, bench.Fail, strings.Join(bad, "; "))
-		return
-	}
-	r.check(CheckSlurm, bench.Pass, fmt.Sprintf("node health (the hooks' input, GET /v1/node/health) is ok and redundant on %s", strings.Join(good, ", ")))
-}
-
 // gds runs the GPUDirect Storage validator on the site's gds.mount, a
 // file system on a tier0 volume (never the work directory); on a host
 // without GDS it is a not-run with the validator's reason. The evidence

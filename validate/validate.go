@@ -54,6 +54,9 @@ type Options struct {
 	// Tier0d is the tier0d binary (default: next to this executable, then
 	// $PATH).
 	Tier0d string
+	// Tier0 is the tier0 binary the Slurm hooks run (default: this
+	// executable).
+	Tier0 string
 	// Keep leaves the work directory (drive files, etcd data, logs) in
 	// place after a local run.
 	Keep bool
