@@ -70,6 +70,13 @@ type Measurement struct {
 	FirstError *ErrorRecord   `json:"first_error,omitempty"`
 	// SeriesID names the TimeSeries recorded with it, if any.
 	SeriesID string `json:"series,omitempty"`
+	// Runs are the repetitions' figures when the scenario ran more than
+	// once (see Combine); the headline figures above are then their
+	// medians, and Spread gives the range.
+	Runs []RunFigures `json:"runs,omitempty"`
+	// CPU is the CPU time the processes spent over the measurement (all
+	// repetitions), when it was recorded.
+	CPU *CPUCost `json:"cpu,omitempty"`
 }
 
 // GiBPerS is the throughput in GiB/s, the seed's unit.

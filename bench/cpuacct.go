@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// userHZ is the unit of the CPU times in /proc/PID/stat (USER_HZ, 100 on
+// every Linux architecture Go supports).
+const userHZ = 100
+
+// ProcCPU is a process's CPU time so far, from /proc/PID/stat.
+type ProcCPU struct {
+	UserS, SystemS float64
+}
+
+// ParseProcStat reads utime and stime (fields 14 and 15) from the text of
+// /proc/PID/stat. The command name (field 2) may hold spaces and
+// parentheses: fields are counted after its last ')'.
+func ParseProcStat(stat string) (ProcCPU, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ProcCPU{}, fmt.Errorf("/proc stat %q: no command name in parentheses", oneLineStat(stat))
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return ProcCPU{}, fmt.Errorf("/proc stat %q: %d fields after the command name, want at least 13", oneLineStat(stat), len(f))
+	}
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	s, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return ProcCPU{}, fmt.Errorf("/proc stat %q: utime %q, stime %q: want clock ticks", oneLineStat(stat), f[11], f[12])
+	}
+	return ProcCPU{UserS: float64(u) / userHZ, SystemS: float64(s) / userHZ}, nil
+}
+
+func oneLineStat(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 80 {
+		s = s[:80] + "…"
+	}
+	return s
+}
+
+// ReadProcCPU reads pid's CPU time ("self" for this process).
+func ReadProcCPU(pid string) (ProcCPU, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return ProcCPU{}, err
+	}
+	return ParseProcStat(string(bytes.TrimSpace(b)))
+}
+
+// CPUUse is one process's CPU time over a measurement.
+type CPUUse struct {
+	// Process names it ("tier0d A", "validate").
+	Process string `json:"process"`
+	// Role says what it does in the measured path.
+	Role    string  `json:"role,omitempty"`
+	UserS   float64 `json:"user_s"`
+	SystemS float64 `json:"system_s"`
+}
+
+// Seconds is user plus system CPU time.
+func (u CPUUse) Seconds() float64 { return u.UserS + u.SystemS }
+
+// CPUCost is the CPU time processes spent while a measurement moved
+// Bytes in Ops operations over WallS seconds (all its repetitions).
+type CPUCost struct {
+	Processes []CPUUse `json:"processes"`
+	Bytes     int64    `json:"bytes"`
+	Ops       int64    `json:"ops"`
+	WallS     float64  `json:"wall_s"`
+}
+
+// Seconds is the CPU time of the processes whose role is role (every
+// process when role is empty).
+func (c CPUCost) Seconds(role string) float64 {
+	var s float64
+	for _, p := range c.Processes {
+		if role == "" || p.Role == role {
+			s += p.Seconds()
+		}
+	}
+	return s
+}
+
+// PerGiB is CPU-seconds per GiB moved (processes of role); 0 when nothing
+// moved.
+func (c CPUCost) PerGiB(role string) float64 {
+	if c.Bytes <= 0 {
+		return 0
+	}
+	return c.Seconds(role) / (float64(c.Bytes) / (1 << 30))
+}
+
+// PerMillionOps is CPU-seconds per million operations.
+func (c CPUCost) PerMillionOps(role string) float64 {
+	if c.Ops <= 0 {
+		return 0
+	}
+	return c.Seconds(role) / (float64(c.Ops) / 1e6)
+}
+
+// Cores is the average number of cores the processes of role kept busy.
+func (c CPUCost) Cores(role string) float64 {
+	if c.WallS <= 0 {
+		return 0
+	}
+	return c.Seconds(role) / c.WallS
+}
+
+// Add accumulates o into c (per process name).
+func (c *CPUCost) Add(o CPUCost) {
+	c.Bytes += o.Bytes
+	c.Ops += o.Ops
+	c.WallS += o.WallS
+	for _, p := range o.Processes {
+		found := false
+		for i := range c.Processes {
+			if c.Processes[i].Process == p.Process {
+				c.Processes[i].UserS += p.UserS
+				c.Processes[i].SystemS += p.SystemS
+				found = true
+				break
+			}
+		}
+		if !found {
+			c.Processes = append(c.Processes, p)
+		}
+	}
+}
+
+// CPUWatch takes CPU readings of a set of processes, so that the CPU time
+// they spend between two readings can be attributed to a measurement.
+type CPUWatch struct {
+	procs []watched
+	read  func(pid string) (ProcCPU, error)
+}
+
+type watched struct {
+	name, role, pid string
+}
+
+// NewCPUWatch watches nothing yet; Watch adds processes.
+func NewCPUWatch() *CPUWatch { return &CPUWatch{read: ReadProcCPU} }
+
+// Watch adds a process: pid ("self" for this one), a name and its role.
+func (w *CPUWatch) Watch(pid, name, role string) {
+	w.procs = append(w.procs, watched{name: name, role: role, pid: pid})
+}
+
+// CPUReading is one reading of every watched process.
+type CPUReading map[string]ProcCPU
+
+// Read takes a reading; a process that cannot be read (it exited) is
+// left out, and so counts nothing for the interval.
+func (w *CPUWatch) Read() CPUReading {
+	r := CPUReading{}
+	for _, p := range w.procs {
+		if c, err := w.read(p.pid); err == nil {
+			r[p.pid] = c
+		}
+	}
+	return r
+}
+
+// Since is the CPU time each watched process spent between the readings
+// from and to (processes present in both).
+func (w *CPUWatch) Since(from, to CPUReading) []CPUUse {
+	var out []CPUUse
+	for _, p := range w.procs {
+		a, ok1 := from[p.pid]
+		b, ok2 := to[p.pid]
+		if !ok1 || !ok2 {
+			continue
+		}
+		out = append(out, CPUUse{Process: p.name, Role: p.role, UserS: max(0, b.UserS-a.UserS), SystemS: max(0, b.SystemS-a.SystemS)})
+	}
+	return out
+}
