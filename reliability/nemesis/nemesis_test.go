@@ -178,7 +178,12 @@ var (
 	buildErr  error
 )
 
+// tier0d builds the daemon once per test binary ($TIER0_NEMESIS_TIER0D
+// names a prebuilt one instead).
 func tier0d(t *testing.T) string {
+	if p := os.Getenv("TIER0_NEMESIS_TIER0D"); p != "" {
+		return p
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "tier0-nemesis-bin")
 		if err != nil {
