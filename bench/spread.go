@@ -18,9 +18,9 @@ type Metric int
 
 // Metrics.
 const (
-	MetricBytes Metric = iota // bytes per second
-	MetricIOPS                // operations per second
-	MetricMeanLat             // mean latency, ns
+	MetricBytes   Metric = iota // bytes per second
+	MetricIOPS                  // operations per second
+	MetricMeanLat               // mean latency, ns
 )
 
 // PrimaryMetric is what a scenario is about: bandwidth for 1 MiB I/O,
