@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -17,43 +19,77 @@ import (
 // coordinatorLoop campaigns for the coordinator role and, while it holds
 // it, runs the failover state machine.
 func (n *Node) coordinatorLoop(ctx context.Context) error {
-	ttl := max(1, int(n.cfg.Policies.LeaseTTL.D().Seconds()))
+	electionLoop(ctx, n.log, n.coordinatorTerm, sleepCtx, time.Now)
+	return nil
+}
+
+// errNoSession: the store gave no session to campaign with.
+var errNoSession = errors.New("no store session")
+
+// electionLoop runs terms (a campaign, then a term as coordinator) until
+// ctx ends.
+func electionLoop(ctx context.Context, log *slog.Logger, term func(context.Context) error, wait func(context.Context, time.Duration) bool, now func() time.Time) {
 	for ctx.Err() == nil {
-		sess, err := concurrency.NewSession(n.st.Client(), concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
-		if err != nil {
-			time.Sleep(time.Second)
-			continue
-		}
-		el := concurrency.NewElection(sess, n.key("coordinator"))
-		if err := el.Campaign(ctx, n.me.Name); err != nil {
-			sess.Close()
-			continue
-		}
-		n.log.Info("coordinator elected")
-		cctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-sess.Done():
-			case <-cctx.Done():
+		if err := term(ctx); errors.Is(err, errNoSession) {
+			if !wait(ctx, time.Second) {
+				return
 			}
-			cancel()
-		}()
-		n.mu.Lock()
-		n.coord = true
-		n.mu.Unlock()
-		if err := n.coordinate(cctx); err != nil && cctx.Err() == nil {
-			n.log.Warn("coordinator stopped", "err", err)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// coordinatorTerm campaigns once and, when elected, coordinates until the
+// session or ctx ends. It returns why the term failed, nil when it ended
+// normally.
+func (n *Node) coordinatorTerm(ctx context.Context) error {
+	ttl := max(1, int(n.cfg.Policies.LeaseTTL.D().Seconds()))
+	sess, err := concurrency.NewSession(n.st.Client(), concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNoSession, err)
+	}
+	defer sess.Close()
+	el := concurrency.NewElection(sess, n.key("coordinator"))
+	if err := el.Campaign(ctx, n.me.Name); err != nil {
+		return fmt.Errorf("campaign for coordinator: %w", err)
+	}
+	n.log.Info("coordinator elected")
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-sess.Done():
+		case <-cctx.Done():
 		}
 		cancel()
-		n.mu.Lock()
-		n.coord = false
-		n.mu.Unlock()
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		_ = el.Resign(rctx)
-		rcancel()
-		sess.Close()
+	}()
+	n.mu.Lock()
+	n.coord = true
+	n.mu.Unlock()
+	err = n.coordinate(cctx)
+	if err != nil && cctx.Err() == nil {
+		n.log.Warn("coordinator stopped", "err", err)
+	} else {
+		err = nil
 	}
-	return nil
+	cancel()
+	n.mu.Lock()
+	n.coord = false
+	n.mu.Unlock()
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+	_ = el.Resign(rctx)
+	rcancel()
+	return err
 }
 
 // coordinate rebuilds the state machine from the store and drives it.
@@ -98,7 +134,8 @@ func (n *Node) coordinate(ctx context.Context) error {
 	if err := m.Restore(evs); err != nil {
 		return fmt.Errorf("rebuild the state machine from the store: %w", err)
 	}
-	n.dispatch(ctx, m)
+	cour := &courier{send: n.sendTask, local: n.performLocal, log: n.log}
+	cour.dispatch(ctx, m)
 
 	// Every tick, nodes with a live lease count as heartbeats, so that the
 	// machine knows when each lost node was last seen (failover durations
@@ -142,7 +179,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 				step(cluster.Heartbeat{Node: name})
 			}
 		}
-		n.dispatch(ctx, m)
+		cour.dispatch(ctx, m)
 		n.publishView(ctx, m)
 	}
 }
@@ -241,42 +278,55 @@ func (n *Node) anyOwnership(ctx context.Context) bool {
 	return false
 }
 
+// courier delivers the machine's actions: those of the coordinator itself
+// (events, Slurm) through local, the others through send to the task queue
+// of their performer.
+type courier struct {
+	send  func(context.Context, cluster.Action) error
+	local func(context.Context, cluster.Action)
+	log   *slog.Logger
+}
+
 // dispatch performs the coordinator's own actions and hands the others to
 // their nodes, in the order the machine gave them.
-func (n *Node) dispatch(ctx context.Context, m *cluster.Machine) {
+func (c *courier) dispatch(ctx context.Context, m *cluster.Machine) {
 	for _, a := range m.Ready() {
-		n.log.Debug("action", "action", a.String())
-		switch a := a.(type) {
-		case cluster.RecordEvent:
-			ev := store.Event{Kind: a.Kind, Array: a.Array, Node: a.Node, From: a.From, To: a.To, Epoch: a.Epoch, Message: a.Message}
-			if a.Kind == "failover" || a.Kind == "handoff" {
-				d := time.Duration(a.Ticks) * n.opts.Tick
-				if a.Kind == "failover" && a.From != "" && a.From != a.To {
-					// The machine counts from the last tick the old owner's
-					// lease was alive; it may have died up to a lease TTL
-					// before that. Count from there: an upper bound.
-					d += n.cfg.Policies.LeaseTTL.D()
-					ev.Message = strings.TrimSpace(ev.Message + " (duration counted from one lease TTL before the lease expired)")
-				}
-				ev.Duration = d.Seconds()
-			}
-			n.metrics.ObserveRecord(a, n.opts.Tick)
-			if _, err := n.st.AppendEvent(ctx, ev); err != nil {
-				n.log.Warn("event log append failed", "err", err)
-			}
-			n.log.Info("cluster event", "event", a.String())
-		case cluster.SlurmDrain:
-			n.slurmDrain(a.Node, a.Reason)
-		case cluster.SlurmResume:
-			n.slurmResume(a.Node, a.Reason)
-		default:
-			if a.Performer() == "" {
-				continue
-			}
-			if err := n.sendTask(ctx, a); err != nil {
-				n.log.Warn("task not sent; the machine will time the step out", "action", a.String(), "err", err)
-			}
+		c.log.Debug("action", "action", a.String())
+		if a.Performer() == "" {
+			c.local(ctx, a)
+			continue
 		}
+		if err := c.send(ctx, a); err != nil {
+			c.log.Warn("task not sent; the machine will time the step out", "action", a.String(), "err", err)
+		}
+	}
+}
+
+// performLocal performs an action addressed to the coordinator.
+func (n *Node) performLocal(ctx context.Context, a cluster.Action) {
+	switch a := a.(type) {
+	case cluster.RecordEvent:
+		ev := store.Event{Kind: a.Kind, Array: a.Array, Node: a.Node, From: a.From, To: a.To, Epoch: a.Epoch, Message: a.Message}
+		if a.Kind == "failover" || a.Kind == "handoff" {
+			d := time.Duration(a.Ticks) * n.opts.Tick
+			if a.Kind == "failover" && a.From != "" && a.From != a.To {
+				// The machine counts from the last tick the old owner's
+				// lease was alive; it may have died up to a lease TTL
+				// before that. Count from there: an upper bound.
+				d += n.cfg.Policies.LeaseTTL.D()
+				ev.Message = strings.TrimSpace(ev.Message + " (duration counted from one lease TTL before the lease expired)")
+			}
+			ev.Duration = d.Seconds()
+		}
+		n.metrics.ObserveRecord(a, n.opts.Tick)
+		if _, err := n.st.AppendEvent(ctx, ev); err != nil {
+			n.log.Warn("event log append failed", "err", err)
+		}
+		n.log.Info("cluster event", "event", a.String())
+	case cluster.SlurmDrain:
+		n.slurmDrain(a.Node, a.Reason)
+	case cluster.SlurmResume:
+		n.slurmResume(a.Node, a.Reason)
 	}
 }
 
@@ -290,6 +340,14 @@ type clusterView struct {
 }
 
 func (n *Node) publishView(ctx context.Context, m *cluster.Machine) {
+	n.publishViewTo(m, func(v clusterView) error {
+		_, err := n.st.Put(ctx, store.Observed, "cluster", "view", v)
+		return err
+	})
+}
+
+// publishViewTo publishes the machine's view through put.
+func (n *Node) publishViewTo(m *cluster.Machine, put func(clusterView) error) {
 	v := clusterView{Coordinator: n.me.Name, Time: time.Now(), Nodes: m.Nodes(), Arrays: m.Arrays()}
 	// Publish only when the decisions changed, not for every tick's time.
 	b, _ := json.Marshal([]any{v.Nodes, v.Arrays})
@@ -300,7 +358,7 @@ func (n *Node) publishView(ctx context.Context, m *cluster.Machine) {
 	if same {
 		return
 	}
-	if _, err := n.st.Put(ctx, store.Observed, "cluster", "view", v); err != nil {
+	if err := put(v); err != nil {
 		n.log.Debug("view not published", "err", err)
 	}
 }
