@@ -26,15 +26,36 @@ func (n *Node) coordinatorLoop(ctx context.Context) error {
 // errNoSession: the store gave no session to campaign with.
 var errNoSession = errors.New("no store session")
 
+// The coordinator's election retries back off from coordRetryMin,
+// doubling, to coordRetryMax.
+const (
+	coordRetryMin = 250 * time.Millisecond
+	coordRetryMax = 10 * time.Second
+)
+
 // electionLoop runs terms (a campaign, then a term as coordinator) until
-// ctx ends.
+// ctx ends. A term that failed (no session, the campaign refused, the
+// coordinator stopped with an error) or ended soon after it began (the
+// session was lost at once) is followed by a doubling wait, so a store
+// that is unreachable or thrashing is not hammered; a term that lasted
+// coordRetryMax or more resets the wait.
 func electionLoop(ctx context.Context, log *slog.Logger, term func(context.Context) error, wait func(context.Context, time.Duration) bool, now func() time.Time) {
+	next := coordRetryMin
 	for ctx.Err() == nil {
-		if err := term(ctx); errors.Is(err, errNoSession) {
-			if !wait(ctx, time.Second) {
-				return
-			}
+		start := now()
+		err := term(ctx)
+		if ctx.Err() != nil {
+			return
 		}
+		if err == nil && now().Sub(start) >= coordRetryMax {
+			next = coordRetryMin
+			continue
+		}
+		log.Debug("coordinator election: retrying", "after", next, "err", err)
+		if !wait(ctx, next) {
+			return
+		}
+		next = min(2*next, coordRetryMax)
 	}
 }
 
@@ -95,7 +116,11 @@ func (n *Node) coordinatorTerm(ctx context.Context) error {
 // coordinate rebuilds the state machine from the store and drives it.
 func (n *Node) coordinate(ctx context.Context) error {
 	policy := cluster.FailbackPolicy(n.cfg.Policies.Failback)
-	m, err := cluster.New(cluster.Config{ReleaseTimeoutTicks: int64(10 * time.Second / n.opts.Tick), Failback: policy}, n.log.With("layer", "cluster"))
+	m, err := cluster.New(cluster.Config{
+		ReleaseTimeoutTicks: int64(10 * time.Second / n.opts.Tick),
+		BackoffMaxTicks:     max(1, int64(30*time.Second/n.opts.Tick)),
+		Failback:            policy,
+	}, n.log.With("layer", "cluster"))
 	if err != nil {
 		return err
 	}
@@ -281,25 +306,84 @@ func (n *Node) anyOwnership(ctx context.Context) bool {
 // courier delivers the machine's actions: those of the coordinator itself
 // (events, Slurm) through local, the others through send to the task queue
 // of their performer.
+//
+// An intent that cannot be handed over (the store refused the write) is
+// never dropped silently. A step the machine waits on — Fence, Assemble,
+// Resync, Rebuild — is reported back as failed (FenceFailed,
+// AssembleFailed, RepairFailed with "not delivered"), so the machine
+// retries it with its backoff and says why; a Release is left to the
+// machine's release timeout. An idempotent intent — SetANA (the performer
+// checks the epoch), Export, SelfFence — is kept and sent again, before
+// anything newer, at the next dispatch (every tick).
 type courier struct {
-	send  func(context.Context, cluster.Action) error
-	local func(context.Context, cluster.Action)
-	log   *slog.Logger
+	send   func(context.Context, cluster.Action) error
+	local  func(context.Context, cluster.Action)
+	log    *slog.Logger
+	resend []cluster.Action
 }
+
+// maxResend bounds the intents kept for sending again; the oldest go first.
+const maxResend = 1024
 
 // dispatch performs the coordinator's own actions and hands the others to
 // their nodes, in the order the machine gave them.
 func (c *courier) dispatch(ctx context.Context, m *cluster.Machine) {
-	for _, a := range m.Ready() {
-		c.log.Debug("action", "action", a.String())
-		if a.Performer() == "" {
-			c.local(ctx, a)
-			continue
-		}
+	pending := c.resend
+	c.resend = nil
+	for _, a := range pending {
 		if err := c.send(ctx, a); err != nil {
-			c.log.Warn("task not sent; the machine will time the step out", "action", a.String(), "err", err)
+			c.keep(a)
 		}
 	}
+	// A failure reported to the machine makes it decide again (another
+	// candidate, or nothing until its backoff ends): a few rounds at most.
+	for round := 0; round < 8; round++ {
+		acts := m.Ready()
+		if len(acts) == 0 {
+			return
+		}
+		for _, a := range acts {
+			c.log.Debug("action", "action", a.String())
+			if a.Performer() == "" {
+				c.local(ctx, a)
+				continue
+			}
+			err := c.send(ctx, a)
+			if err == nil {
+				continue
+			}
+			c.log.Warn("task not delivered", "action", a.String(), "err", err)
+			reason := fmt.Sprintf("task not delivered to %s: %v", a.Performer(), err)
+			var ev cluster.Event
+			switch a := a.(type) {
+			case cluster.Fence:
+				ev = cluster.FenceFailed{Array: a.Array, Node: a.Node, Epoch: a.NewEpoch, Reason: reason}
+			case cluster.Assemble:
+				ev = cluster.AssembleFailed{Array: a.Array, Node: a.Node, Epoch: a.Epoch, Reason: reason}
+			case cluster.Resync:
+				ev = cluster.RepairFailed{Array: a.Array, Member: a.Member, Epoch: a.Epoch, Reason: reason}
+			case cluster.Rebuild:
+				ev = cluster.RepairFailed{Array: a.Array, Member: a.Member, Epoch: a.Epoch, Reason: reason}
+			case cluster.Release:
+				// the machine abandons the move after its release timeout
+			default:
+				c.keep(a)
+			}
+			if ev != nil {
+				if err := m.Step(ev); err != nil {
+					c.log.Warn("state machine refused an event", "event", fmt.Sprintf("%T", ev), "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (c *courier) keep(a cluster.Action) {
+	if len(c.resend) >= maxResend {
+		c.log.Warn("dropping an undelivered task: too many waiting", "action", c.resend[0].String())
+		c.resend = c.resend[1:]
+	}
+	c.resend = append(c.resend, a)
 }
 
 // performLocal performs an action addressed to the coordinator.
@@ -353,14 +437,18 @@ func (n *Node) publishViewTo(m *cluster.Machine, put func(clusterView) error) {
 	b, _ := json.Marshal([]any{v.Nodes, v.Arrays})
 	n.mu.Lock()
 	same := string(b) == n.lastView
-	n.lastView = string(b)
 	n.mu.Unlock()
 	if same {
 		return
 	}
 	if err := put(v); err != nil {
+		// Not recorded as published: the next tick tries again.
 		n.log.Debug("view not published", "err", err)
+		return
 	}
+	n.mu.Lock()
+	n.lastView = string(b)
+	n.mu.Unlock()
 }
 
 // watchReports streams reports to the coordinator, deleting each.
