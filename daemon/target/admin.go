@@ -175,9 +175,10 @@ func (t *Target) connect(r *request) nvme.Status {
 	}
 	// The command lifetime rule (docs/FABRIC.md): while a dead I/O queue
 	// of this host still has commands executing, the host — which may be
-	// resubmitting them — gets no new I/O queue. Controller busy without
+	// resubmitting them — gets no new I/O queue. The connect waits up to
+	// CommandQuiesceTime for them, then fails with controller busy without
 	// DNR: the host retries the connect (tier0's host and Linux both do).
-	if n := sub.draining(hostKey{d.HostNQN, d.HostID}); n > 0 {
+	if n := sub.awaitDrained(hostKey{d.HostNQN, d.HostID}, t.cfg.CommandQuiesceTime, c.done); n > 0 {
 		t.warnLimited("connect-drain:"+d.HostNQN, "I/O queue connect refused until the host's closed queues have finished their commands; the host retries",
 			"subnqn", sub.nqn, "hostnqn", d.HostNQN, "cntlid", d.CntlID, "qid", cmd.QID, "draining_queues", n)
 		return nvme.StatusConnectCtrlBusy
@@ -593,7 +594,8 @@ func (t *Target) discoverySubsystem() *subsystem {
 	defer t.mu.Unlock()
 	if t.disc == nil {
 		t.disc = &subsystem{t: t, nqn: nvme.DiscoveryNQN, serial: derivedSerial(nvme.DiscoveryNQN), model: "tier0", disc: true,
-			hosts: map[string]bool{}, ns: map[uint32]*namespace{}, ana: map[uint32]*anaGroup{}, ctrls: map[uint16]*controller{}, drains: map[hostKey]int{}}
+			hosts: map[string]bool{}, ns: map[uint32]*namespace{}, ana: map[uint32]*anaGroup{}, ctrls: map[uint16]*controller{},
+			drains: map[hostKey]int{}, drained: make(chan struct{})}
 	}
 	return t.disc
 }

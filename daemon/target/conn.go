@@ -543,6 +543,7 @@ func (c *conn) dispatch(r *request) {
 	select {
 	case c.work <- r:
 	case <-c.done:
+		c.drop(r) // the connection died before the command was queued
 	}
 }
 
@@ -603,6 +604,8 @@ func (c *conn) endDrain() {
 		if s.drains[c.drainKey]--; s.drains[c.drainKey] <= 0 {
 			delete(s.drains, c.drainKey)
 		}
+		close(s.drained)
+		s.drained = make(chan struct{})
 		s.mu.Unlock()
 		c.drainSub = nil
 		if d := time.Since(c.drainStart); d > c.t.cfg.CommandQuiesceTime && c.ctrl != nil {

@@ -60,8 +60,8 @@ func waitGone(t *testing.T, tg *Target, id uint16) {
 // acknowledged; then the held write is released. Block 0 must read 0x55:
 // the commands still queued behind the closed connection are dropped, and
 // the new association is not admitted to I/O before the one already
-// executing has finished (its I/O queue Connect is refused with a retryable
-// status until then).
+// executing has finished (its I/O queue Connect waits CommandQuiesceTime,
+// 2 s, for it and is then refused with a retryable status).
 func TestDeadConnectionCommandsNeverRunAfterRetry(t *testing.T) {
 	mem := blockdev.NewMem(testSize, testBS)
 	dev := newHoldFirstWrite(mem)

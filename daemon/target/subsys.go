@@ -77,8 +77,10 @@ type subsystem struct {
 	epochFencing bool
 	// drains counts, per host, the dead I/O queues whose commands are
 	// still executing (conn.beginDrain); while non-zero that host cannot
-	// connect a new I/O queue.
-	drains map[hostKey]int
+	// connect a new I/O queue. drained is closed (and replaced) whenever
+	// a drain ends.
+	drains  map[hostKey]int
+	drained chan struct{}
 }
 
 type anaGroup struct {
@@ -132,7 +134,7 @@ func (t *Target) AddSubsystem(sc SubsystemConfig) error {
 	}
 	s := &subsystem{t: t, nqn: sc.NQN, serial: sc.Serial, model: sc.Model, anyHost: sc.AllowAnyHost,
 		hosts: map[string]bool{}, ns: map[uint32]*namespace{}, ana: map[uint32]*anaGroup{}, ctrls: map[uint16]*controller{}, anaChgCnt: 1,
-		epochFencing: sc.EpochFencing, drains: map[hostKey]int{}}
+		epochFencing: sc.EpochFencing, drains: map[hostKey]int{}, drained: make(chan struct{})}
 	if s.serial == "" {
 		s.serial = derivedSerial(sc.NQN)
 	}
@@ -587,11 +589,32 @@ func (c *controller) shutdown() {
 }
 
 // draining reports how many dead I/O queues of host h on s still have
-// commands executing.
-func (s *subsystem) draining(h hostKey) int {
+// commands executing, and a channel closed when the next drain ends.
+func (s *subsystem) draining(h hostKey) (int, <-chan struct{}) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.drains[h]
+	return s.drains[h], s.drained
+}
+
+// awaitDrained waits up to d for host h's dead I/O queues on s to finish
+// their commands (or for stop); it returns how many still run.
+func (s *subsystem) awaitDrained(h hostKey, d time.Duration, stop <-chan struct{}) int {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	for {
+		n, ch := s.draining(h)
+		if n == 0 {
+			return 0
+		}
+		select {
+		case <-ch:
+		case <-tm.C:
+			n, _ = s.draining(h)
+			return n
+		case <-stop:
+			return n
+		}
+	}
 }
 
 // postEvent records an event and completes an outstanding Asynchronous
