@@ -274,3 +274,22 @@ func TestBoundedNemesis(t *testing.T) {
 		}
 	}
 }
+
+func TestResultSummaryAndErr(t *testing.T) {
+	r := Result{Site: "s.yaml", Kinds: []string{Kill}, Injected: map[string]int{Kill: 2}, Ops: 1234,
+		Runs: []RunResult{{Run: 0, Seed: 7}, {Run: 1, Seed: 8, Anomalies: map[string]int{"stale": 1}, Report: "ANOMALY stale: ...\n"}},
+		Anomalies: map[string]int{"stale": 1}}
+	s := r.Summary()
+	for _, want := range []string{"2 runs", "faults injected: kill 2", "operations checked: 1234", "anomalies: stale 1", "run 1, seed 8", "ANOMALY stale", "FAILED"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("summary lacks %q:\n%s", want, s)
+		}
+	}
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "seeds 8") {
+		t.Fatalf("Err %v: want the failing seed named", err)
+	}
+	r.Anomalies, r.Runs[1].Anomalies = nil, nil
+	if r.Err() != nil || !strings.Contains(r.Summary(), "PASSED") {
+		t.Fatalf("clean result: %v\n%s", r.Err(), r.Summary())
+	}
+}
