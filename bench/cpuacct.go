@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // userHZ is the unit of the CPU times in /proc/PID/stat (USER_HZ, 100 on
@@ -54,6 +55,16 @@ func ReadProcCPU(pid string) (ProcCPU, error) {
 	}
 	return ParseProcStat(string(bytes.TrimSpace(b)))
 }
+
+// Roles of the processes in a measured path.
+const (
+	// RoleTier0d: a node's tier0d (backend target, backend host, RAID
+	// and frontend target in one process).
+	RoleTier0d = "tier0d"
+	// RoleHost: the application side: the load generator with its
+	// NVMe/TCP host and multipath (or, on the raw layer, its file I/O).
+	RoleHost = "host"
+)
 
 // CPUUse is one process's CPU time over a measurement.
 type CPUUse struct {
@@ -138,6 +149,7 @@ func (c *CPUCost) Add(o CPUCost) {
 // CPUWatch takes CPU readings of a set of processes, so that the CPU time
 // they spend between two readings can be attributed to a measurement.
 type CPUWatch struct {
+	mu    sync.Mutex
 	procs []watched
 	read  func(pid string) (ProcCPU, error)
 }
@@ -151,6 +163,8 @@ func NewCPUWatch() *CPUWatch { return &CPUWatch{read: ReadProcCPU} }
 
 // Watch adds a process: pid ("self" for this one), a name and its role.
 func (w *CPUWatch) Watch(pid, name, role string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.procs = append(w.procs, watched{name: name, role: role, pid: pid})
 }
 
@@ -160,6 +174,8 @@ type CPUReading map[string]ProcCPU
 // Read takes a reading; a process that cannot be read (it exited) is
 // left out, and so counts nothing for the interval.
 func (w *CPUWatch) Read() CPUReading {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	r := CPUReading{}
 	for _, p := range w.procs {
 		if c, err := w.read(p.pid); err == nil {
@@ -172,6 +188,8 @@ func (w *CPUWatch) Read() CPUReading {
 // Since is the CPU time each watched process spent between the readings
 // from and to (processes present in both).
 func (w *CPUWatch) Since(from, to CPUReading) []CPUUse {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	var out []CPUUse
 	for _, p := range w.procs {
 		a, ok1 := from[p.pid]

@@ -44,6 +44,8 @@ type RunInfo struct {
 	// Topology in words, e.g. "5 nodes x 4 drives, 5 x RAID-5 3+1".
 	Topology string   `json:"topology,omitempty"`
 	Notes    []string `json:"notes,omitempty"`
+	// Repeat is how many times each scenario ran (0 or 1: once).
+	Repeat int `json:"repeat,omitempty"`
 }
 
 // Measurement is one scenario's figures on one layer in one state.

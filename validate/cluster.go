@@ -40,6 +40,8 @@ type localCluster struct {
 	mu      sync.Mutex
 	procs   map[string]*proc
 	started []int // every PID ever started, for the PID file
+	// onStart, when set, is told of every tier0d started (under mu).
+	onStart func(node string, pid int)
 }
 
 type proc struct {
@@ -253,6 +255,9 @@ func (lc *localCluster) start(node string) error {
 	}()
 	lc.procs[node] = p
 	lc.started = append(lc.started, cmd.Process.Pid)
+	if lc.onStart != nil {
+		lc.onStart(node, cmd.Process.Pid)
+	}
 	lc.log.Info("tier0d started", "node", node, "pid", cmd.Process.Pid)
 	return lc.writePIDs()
 }

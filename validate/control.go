@@ -34,13 +34,16 @@ type nodeControl interface {
 // `--node NAME` argument, killed by PID and restarted detached with the
 // command line, environment and working directory it had.
 type clusterControl struct {
-	cfg       *config.Config
-	killCmd   string
-	startCmd  string
-	logDir    string // where a restarted process's output goes
-	mu        sync.Mutex
-	killed    map[string]procImage
-	procRoot  string // "/proc" (tests: a fake)
+	cfg      *config.Config
+	killCmd  string
+	startCmd string
+	logDir   string // where a restarted process's output goes
+	mu       sync.Mutex
+	killed   map[string]procImage
+	procRoot string // "/proc"
+	// match, when set, narrows the processes considered (tests: their
+	// own fakes only).
+	match     func(argv []string) bool
 	sigkill   func(pid int) error
 	waitGone  time.Duration
 	startProc func(img procImage, log *os.File) error
@@ -87,7 +90,7 @@ func (c *clusterControl) kill(node string) (time.Time, error) {
 		at := time.Now()
 		return at, c.run("--kill-command", c.killCmd, node)
 	}
-	img, err := findTier0dProc(c.procRoot, node)
+	img, err := findTier0dProcMatching(c.procRoot, node, c.match)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -151,6 +154,10 @@ func startDetached(img procImage, log *os.File) error {
 // process whose executable is named tier0d and whose arguments include
 // `--node NODE` (or --node=NODE).
 func findTier0dProc(procRoot, node string) (procImage, error) {
+	return findTier0dProcMatching(procRoot, node, nil)
+}
+
+func findTier0dProcMatching(procRoot, node string, match func([]string) bool) (procImage, error) {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return procImage{}, err
@@ -166,7 +173,7 @@ func findTier0dProc(procRoot, node string) (procImage, error) {
 			continue
 		}
 		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if !strings.HasSuffix(filepath.Base(argv[0]), "tier0d") || argNode(argv) != node || !procAlive(procRoot, pid) {
+		if !strings.HasSuffix(filepath.Base(argv[0]), "tier0d") || argNode(argv) != node || !procAlive(procRoot, pid) || (match != nil && !match(argv)) {
 			continue
 		}
 		img := procImage{pid: pid, argv: argv}

@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,9 @@ type Options struct {
 	WorkDir string
 	// Short shortens every measurement (CI: about two minutes in all).
 	Short bool
+	// Repeat is how many times each scenario runs (default 3; 2 with
+	// Short); the report shows the median and the range.
+	Repeat int
 	// Tier0d is the tier0d binary (default: next to this executable, then
 	// $PATH).
 	Tier0d string
@@ -124,6 +128,8 @@ type timings struct {
 	stopGrace  time.Duration
 	// region limits every array to its first region bytes (0: all of it).
 	region int64
+	// repeat is the repetitions of each scenario.
+	repeat int
 }
 
 func timingsFor(short bool) timings {
@@ -131,11 +137,12 @@ func timingsFor(short bool) timings {
 		bench: 8 * time.Second, preKill: 4 * time.Second, postMove: 6 * time.Second,
 		boot: 120 * time.Second, failover: 60 * time.Second, resync: 300 * time.Second,
 		seqQD: 4, randQD: 16, failoverQD: 8, fillQD: 4, hold: 60 * time.Second,
-		pollEvery: 250 * time.Millisecond, stopGrace: 10 * time.Second,
+		pollEvery: 250 * time.Millisecond, stopGrace: 10 * time.Second, repeat: 3,
 	}
 	if short {
 		t.bench, t.preKill, t.postMove, t.resync = 2*time.Second, 2*time.Second, 3*time.Second, 180*time.Second
 		t.region = 48 << 20
+		t.repeat = 2
 	}
 	return t
 }
@@ -160,6 +167,9 @@ type runner struct {
 	fronts  map[string]*host.Multipath
 	victim  string
 	stopWhy string // reason for the checks not reached
+	// cpu watches this process and the tier0d processes for the CPU cost
+	// of each measurement.
+	cpu *bench.CPUWatch
 }
 
 // Run performs the validation. The returned Report is non-nil whenever
@@ -179,10 +189,13 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.Site == "" {
 		return nil, fmt.Errorf("%w: no site configuration given; pass --site FILE (site-configs/local-5node.yaml runs everything on this machine with --local)", ErrSetup)
 	}
-	r := &runner{o: o, t: timingsFor(o.Short), log: o.Logger, ctx: ctx, clients: map[string]*api.Client{}, down: map[string]bool{}, fronts: map[string]*host.Multipath{}}
+	r := &runner{o: o, t: timingsFor(o.Short), log: o.Logger, cpu: bench.NewCPUWatch(), ctx: ctx, clients: map[string]*api.Client{}, down: map[string]bool{}, fronts: map[string]*host.Multipath{}}
 	r.hostLog = slog.New(slog.DiscardHandler)
 	if o.Logger.Enabled(ctx, slog.LevelDebug) {
 		r.hostLog = o.Logger
+	}
+	if o.Repeat > 0 {
+		r.t.repeat = o.Repeat
 	}
 	if err := r.setup(); err != nil {
 		return nil, err
@@ -195,6 +208,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if o.Short {
 		r.res.Run.Notes = append(r.res.Run.Notes, fmt.Sprintf("short run (--short): %s per scenario, the first %s of each array filled, measured and verified", r.t.bench, fmtBytes(r.t.region)))
 	}
+	r.res.Run.Repeat = r.t.repeat
+	r.cpu.Watch("self", "validate (load generator, NVMe/TCP host, multipath)", bench.RoleHost)
 	fmt.Fprintf(o.Out, "tier0 validate: site %s (%s), %s mode, work dir %s\n", siteName, r.res.Run.Topology, r.res.Run.Mode, r.work)
 
 	stepErr := r.steps()
@@ -292,6 +307,12 @@ func (r *runner) setup() error {
 		if o.AllowDisruptive {
 			r.ctl = newClusterControl(cfg, o.KillCommand, o.StartCommand, filepath.Join(o.OutDir, "logs"))
 		}
+		// The CPU cost covers the nodes whose tier0d runs on this machine.
+		for _, n := range cfg.Nodes {
+			if img, err := findTier0dProc("/proc", n.Name); err == nil {
+				r.cpu.Watch(strconv.Itoa(img.pid), "tier0d "+n.Name, bench.RoleTier0d)
+			}
+		}
 		return nil
 	}
 	if cfg.Workdir == "" {
@@ -319,6 +340,9 @@ func (r *runner) setup() error {
 	}
 	site, _ := filepath.Abs(o.Site)
 	r.lc = newLocalCluster(cfg, bin, site, r.work, r.log)
+	r.lc.onStart = func(node string, pid int) {
+		r.cpu.Watch(strconv.Itoa(pid), "tier0d "+node, bench.RoleTier0d)
+	}
 	r.ctl = r.lc
 	if pids := stopStale(r.work); len(pids) > 0 {
 		fmt.Fprintf(o.Out, "stopped %d tier0d process(es) left by an earlier run: %v\n", len(pids), pids)
@@ -657,37 +681,63 @@ func (r *runner) scenarios(gen uint64, verify bool) []bench.Scenario {
 	return []bench.Scenario{bench.SeqWrite1M(o), bench.SeqRead1M(o), bench.RandWrite4K(o), bench.RandRead4K(o)}
 }
 
-// benchLayer runs the four scenarios on targets and records them under one
-// check. gen is the verify generation the writes stamp (0: no verify).
+// benchLayer runs the four scenarios on targets, each r.t.repeat times
+// (the whole set in turn, so that drift spreads over every scenario), and
+// records them under one check: each scenario's repetitions combined
+// (median and range) with the CPU time every watched process spent in
+// them. gen is the verify generation the writes stamp (0: no verify).
 func (r *runner) benchLayer(name string, layer bench.Layer, state bench.State, targets []bench.Target, gen uint64) {
-	var figs, probs []string
-	for _, sc := range r.scenarios(gen, gen > 0) {
-		if r.ctx.Err() != nil {
-			break
+	var probs []string
+	scs := r.scenarios(gen, gen > 0)
+	reps := make([][]bench.Measurement, len(scs))
+	cost := make([]bench.CPUCost, len(scs))
+	for rep := 0; rep < max(1, r.t.repeat); rep++ {
+		for i, sc := range scs {
+			if r.ctx.Err() != nil {
+				break
+			}
+			before, t0 := r.cpu.Read(), time.Now()
+			m, ts, res, err := sc.Run(r.ctx, layer, state, targets)
+			cost[i].Add(bench.CPUCost{Processes: r.cpu.Since(before, r.cpu.Read()), Bytes: m.Bytes, Ops: m.Ops, WallS: time.Since(t0).Seconds()})
+			if res == nil {
+				probs = append(probs, err.Error())
+				continue
+			}
+			if rep == 0 {
+				r.res.AddSeries(ts)
+			}
+			reps[i] = append(reps[i], m)
+			if err != nil {
+				probs = append(probs, err.Error())
+			}
+			if res.Errors > 0 {
+				probs = append(probs, fmt.Sprintf("%s: %d I/O errors (first: %s)", sc.Name, res.Errors, res.FirstError.Message))
+			}
+			if verr := res.VerifyErr(); verr != nil {
+				probs = append(probs, fmt.Sprintf("%s: %v", sc.Name, verr))
+			}
 		}
-		m, ts, res, err := sc.Run(r.ctx, layer, state, targets)
-		if res == nil {
+	}
+	var figs []string
+	for i := range scs {
+		if len(reps[i]) == 0 {
+			continue
+		}
+		m, err := bench.Combine(reps[i])
+		if err != nil {
 			probs = append(probs, err.Error())
 			continue
 		}
+		c := cost[i]
+		m.CPU = &c
 		r.res.Add(m)
-		r.res.AddSeries(ts)
-		if err != nil {
-			probs = append(probs, err.Error())
-		}
-		if res.Errors > 0 {
-			probs = append(probs, fmt.Sprintf("%s: %d I/O errors (first: %s)", sc.Name, res.Errors, res.FirstError.Message))
-		}
-		if verr := res.VerifyErr(); verr != nil {
-			probs = append(probs, fmt.Sprintf("%s: %v", sc.Name, verr))
-		}
 		figs = append(figs, figure(m))
 	}
 	if len(probs) > 0 {
 		r.check(name, bench.Fail, strings.Join(probs, "; "))
 		return
 	}
-	r.check(name, bench.Pass, fmt.Sprintf("%d targets: %s", len(targets), strings.Join(figs, ", ")))
+	r.check(name, bench.Pass, fmt.Sprintf("%d targets, median of %d runs: %s", len(targets), max(1, r.t.repeat), strings.Join(figs, ", ")))
 }
 
 func figure(m bench.Measurement) string {
