@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -40,6 +41,7 @@ type fabricServeFlags struct {
 	verbose                            bool
 	dhchapSecret, dhchapCtrlSecret     string
 	dhchapGroups                       []string
+	cpuProfile                         string
 }
 
 var fabricServeOpts fabricServeFlags
@@ -80,6 +82,7 @@ func init() {
 	f.StringVar(&o.stateDir, "state-dir", "", "directory for persistent reservation state (default: memory only)")
 	f.BoolVar(&o.buffered, "buffered", false, "fall back to buffered I/O where O_DIRECT is refused (tmpfs)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "debug logging")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the whole run to FILE, for docs/PERFORMANCE.md")
 	f.StringVar(&o.dhchapSecret, "dhchap-secret", "", "require DH-HMAC-CHAP: the hosts' secret DHHC-1:..: (or file:PATH); see docs/SECURITY.md")
 	f.StringVar(&o.dhchapCtrlSecret, "dhchap-ctrl-secret", "", "controller secret for bidirectional DH-HMAC-CHAP (or file:PATH)")
 	f.StringSliceVar(&o.dhchapGroups, "dhchap-dhgroup", nil, "acceptable DH groups in preference order (default ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192,null)")
@@ -264,6 +267,17 @@ func runFabricServe(ctx context.Context, o *fabricServeFlags, stdout, stderr io.
 	} else {
 		fmt.Fprintf(stdout, "serving %s on %s: %d namespace(s), ANA group %d %s, controller IDs %d-%d\n",
 			info.NQN, info.Listen, len(info.Namespaces), info.ANAGroup, info.ANAState, info.CntlIDs[0], info.CntlIDs[1])
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("fabric serve: --cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("fabric serve: --cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	<-ctx.Done()
 	log.Info("fabric serve: shutting down", "reason", context.Cause(ctx))
