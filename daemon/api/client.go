@@ -153,6 +153,15 @@ func (c *Client) ReplaceDrive(ctx context.Context, drive string) error {
 	return c.do(ctx, http.MethodPost, "/v1/drives/"+url.PathEscape(drive)+"/replace", true, nil)
 }
 
+// ScrubArray is POST /v1/arrays/{name}/scrub (repair: fix mismatches).
+func (c *Client) ScrubArray(ctx context.Context, name string, repair bool) error {
+	path := "/v1/arrays/" + url.PathEscape(name) + "/scrub"
+	if repair {
+		path += "?repair=true"
+	}
+	return c.do(ctx, http.MethodPost, path, true, nil)
+}
+
 // Metrics fetches GET /metrics as Prometheus text.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)

@@ -54,6 +54,15 @@ type Metrics struct {
 
 	// APIRequests counts API calls by route pattern and status code.
 	APIRequests *prometheus.CounterVec // route, code
+
+	// ArrayFailed is 1 while the array has failed on this node (its owner):
+	// more members lost than its parity; the frontend does not serve it.
+	ArrayFailed *prometheus.GaugeVec // array
+	// ScrubMismatches is the number of parity mismatches the array's last
+	// completed scrub found (set by the owner).
+	ScrubMismatches *prometheus.GaugeVec // array
+	// ScrubLast is the Unix time the array's last scrub finished.
+	ScrubLast *prometheus.GaugeVec // array
 }
 
 var arrayStates = []cluster.ArrayState{cluster.StateOptimal, cluster.StateDegraded, cluster.StateRebuilding, cluster.StateFailed, cluster.StateOffline}
@@ -80,10 +89,14 @@ func NewMetrics() *Metrics {
 		MemberLatency:   prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tier0_member_io_latency_seconds", Help: "Backend member request latency.", Buckets: lat}, []string{"array", "member", "op"}),
 		PathErrors:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tier0_path_errors_total", Help: "Failed requests per fabric path."}, []string{"path", "kind"}),
 		APIRequests:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tier0_api_requests_total", Help: "Management API requests."}, []string{"route", "code"}),
+		ArrayFailed:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tier0_array_failed", Help: "1 while the array has failed on its owner (more members lost than its parity) and is not served."}, []string{"array"}),
+		ScrubMismatches: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tier0_scrub_mismatches", Help: "Parity mismatches found by the array's last scrub."}, []string{"array"}),
+		ScrubLast:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tier0_scrub_last_finished_seconds", Help: "Unix time the array's last scrub finished."}, []string{"array"}),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ArrayState, m.DegradedMembers, m.RebuildProgress, m.RebuildRate, m.Epoch, m.Owned, m.Failovers, m.FailoverSeconds,
-		m.LeaseHeld, m.Fenced, m.NodesUp, m.IOBytes, m.IOLatency, m.MemberLatency, m.PathErrors, m.APIRequests)
+		m.LeaseHeld, m.Fenced, m.NodesUp, m.IOBytes, m.IOLatency, m.MemberLatency, m.PathErrors, m.APIRequests,
+		m.ArrayFailed, m.ScrubMismatches, m.ScrubLast)
 	return m
 }
 
@@ -151,4 +164,20 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// SetScrub records an array's last scrub.
+func (m *Metrics) SetScrub(array string, s ScrubStatus) {
+	if s.Running {
+		return
+	}
+	m.ScrubMismatches.WithLabelValues(array).Set(float64(s.Mismatches))
+	if !s.Finished.IsZero() {
+		m.ScrubLast.WithLabelValues(array).Set(float64(s.Finished.UnixNano()) / 1e9)
+	}
+}
+
+// SetArrayFailed records whether an array has failed on this node.
+func (m *Metrics) SetArrayFailed(array string, failed bool) {
+	m.ArrayFailed.WithLabelValues(array).Set(b2f(failed))
 }

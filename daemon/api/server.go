@@ -90,6 +90,11 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	s.post("/v1/nodes/{node}/undrain", "node", b.Undrain)
 	s.post("/v1/drives/{drive}/fail", "drive", b.FailDrive)
 	s.post("/v1/drives/{drive}/replace", "drive", b.ReplaceDrive)
+	if sc, ok := b.(Scrubber); ok {
+		s.mux.Handle("POST /v1/arrays/{name}/scrub", s.observe("/v1/arrays/{name}/scrub", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.scrub(sc, w, r)
+		})))
+	}
 	metrics := promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{Registry: opts.Metrics.Registry})
 	s.mux.Handle("GET /metrics", s.observe("/metrics", metrics))
 	s.mux.Handle("/", s.observe("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -171,6 +176,29 @@ func (s *Server) post(pattern, param string, f func(context.Context, string) err
 		action := pattern[strings.LastIndex(pattern, "/")+1:]
 		writeJSON(w, http.StatusOK, map[string]string{param: v, "action": action, "result": "accepted"})
 	})))
+}
+
+func (s *Server) scrub(sc Scrubber, w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r); err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tier0"`)
+		writeError(w, err)
+		return
+	}
+	repair := false
+	if v := r.URL.Query().Get("repair"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, fmt.Errorf("query repair=%q: want true or false: %w", v, ErrBadRequest))
+			return
+		}
+		repair = b
+	}
+	name := r.PathValue("name")
+	if err := sc.ScrubArray(r.Context(), name, repair); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"array": name, "action": "scrub", "repair": repair, "result": "accepted"})
 }
 
 // authorize checks the bearer token in constant time (comparing SHA-256

@@ -13,6 +13,7 @@
 //	POST /v1/nodes/{node}/undrain   let node own arrays again   [token]
 //	POST /v1/drives/{id}/fail       mark a drive failed         [token]
 //	POST /v1/drives/{id}/replace    a failed drive was replaced [token]
+//	POST /v1/arrays/{name}/scrub[?repair=true]  the owner scrubs the array [token]
 //	GET  /metrics                   Prometheus text format
 //
 // Calls marked [token] mutate state and need "Authorization: Bearer
@@ -54,6 +55,39 @@ type Status struct {
 	Lease       string              `json:"lease"` // this node's: held, lost
 	Nodes       []cluster.NodeView  `json:"nodes"`
 	Arrays      []cluster.ArrayView `json:"arrays"`
+	// Owners is what each array's owner reports about the RAID it runs
+	// (absent for arrays nobody runs).
+	Owners []OwnerReport `json:"owners,omitempty"`
+}
+
+// OwnerReport is an array as its owner's RAID engine sees it, published by
+// the owner in the store every second.
+type OwnerReport struct {
+	Array   string       `json:"array"`
+	Owner   string       `json:"owner"`
+	Epoch   uint64       `json:"epoch"`
+	Serving bool         `json:"serving"` // ANA optimized on the owner
+	State   string       `json:"state"`   // RAID state: optimal, degraded, failed, fenced, stopped
+	Failed  bool         `json:"failed,omitempty"`
+	Reason  string       `json:"reason,omitempty"` // why failed (or not optimal)
+	Scrub   *ScrubStatus `json:"scrub,omitempty"`
+	Time    time.Time    `json:"time"`
+}
+
+// ScrubStatus is the current or last parity scrub of an array on its owner.
+type ScrubStatus struct {
+	Running  bool      `json:"running"`
+	Repair   bool      `json:"repair"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	// Mismatches counts stripes whose parity did not match; Repaired, how
+	// many of them were fixed.
+	Mismatches int64 `json:"mismatches"`
+	Repaired   int64 `json:"repaired"`
+	// Stripes are the first mismatching stripes (at most 16).
+	Stripes []int64 `json:"stripes,omitempty"`
+	// Error says why the run stopped early ("" when it completed).
+	Error string `json:"error,omitempty"`
 }
 
 // Array is one array's state (the failover machine's view).
@@ -113,4 +147,13 @@ type Backend interface {
 	Undrain(ctx context.Context, node string) error
 	FailDrive(ctx context.Context, drive string) error
 	ReplaceDrive(ctx context.Context, drive string) error
+}
+
+// Scrubber is the optional part of a Backend that serves
+// POST /v1/arrays/{name}/scrub; a Backend without it answers 404.
+type Scrubber interface {
+	// ScrubArray asks the array's owner to check every stripe's parity
+	// (repair: and fix mismatches). It returns once the request is
+	// recorded; findings appear in Status().Owners and the event log.
+	ScrubArray(ctx context.Context, name string, repair bool) error
 }

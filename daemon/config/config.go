@@ -210,6 +210,10 @@ type Policies struct {
 	// MemberIORetries is how often a failed member request is retried
 	// before the member is failed (default 2).
 	MemberIORetries *int `mapstructure:"member_io_retries" json:"member_io_retries"`
+	// ScrubInterval is how often each array's owner scrubs it (checks
+	// every stripe's parity, reporting mismatches); 0 (default) scrubs
+	// only on `tier0 array scrub`.
+	ScrubInterval Duration `mapstructure:"scrub_interval" json:"scrub_interval,omitempty"`
 }
 
 // Slurm configures the Slurm integration.

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,11 +19,50 @@ import (
 
 // observedArray is what an owner publishes about a running array.
 type observedArray struct {
-	Owner   string      `json:"owner"`
-	Epoch   uint64      `json:"epoch"`
-	Serving bool        `json:"serving"` // ANA optimized here at Epoch
-	Status  raid.Status `json:"status"`
-	Time    time.Time   `json:"time"`
+	Owner   string           `json:"owner"`
+	Epoch   uint64           `json:"epoch"`
+	Serving bool             `json:"serving"` // ANA optimized here at Epoch
+	Status  raid.Status      `json:"status"`
+	Failed  bool             `json:"failed,omitempty"` // more members lost than the parity; not served
+	Reason  string           `json:"reason,omitempty"` // why it failed
+	Scrub   *api.ScrubStatus `json:"scrub,omitempty"`
+	Time    time.Time        `json:"time"`
+}
+
+// observed is the array's record for the store (s.mu not needed).
+func (s *served) observed(epoch uint64, serving bool, st raid.Status) observedArray {
+	return observedArray{Owner: s.n.me.Name, Epoch: epoch, Serving: serving, Status: st,
+		Failed: s.arrayFailed(), Reason: s.failReason(), Scrub: s.scrub.Load(), Time: time.Now()}
+}
+
+// ownerReports reads every array's observed record (absent: none). A
+// record older than staleAfter is left out: its owner stopped publishing.
+func (n *Node) ownerReports(ctx context.Context) []api.OwnerReport {
+	const staleAfter = 30 * time.Second
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	raw, err := n.st.List(ctx, store.Observed, "arrays")
+	if err != nil {
+		return nil
+	}
+	var out []api.OwnerReport
+	for _, a := range n.cfg.Arrays {
+		b, ok := raw[a.Name]
+		if !ok {
+			continue
+		}
+		var o observedArray
+		if json.Unmarshal(b, &o) != nil || time.Since(o.Time) > staleAfter || (!o.Failed && o.Status.State == "") {
+			continue
+		}
+		state := o.Status.State
+		if o.Failed {
+			state = "failed"
+		}
+		out = append(out, api.OwnerReport{Array: a.Name, Owner: o.Owner, Epoch: o.Epoch, Serving: o.Serving, State: state,
+			Failed: o.Failed, Reason: o.Reason, Scrub: o.Scrub, Time: o.Time})
+	}
+	return out
 }
 
 func (n *Node) startAPI(ctx context.Context) error {
@@ -86,7 +126,7 @@ func (n *Node) view(ctx context.Context) (clusterView, error) {
 func (n *Node) leaseState() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.live != nil && !n.fenced {
+	if n.live != nil && !n.fenced.Load() {
 		return "held"
 	}
 	return "lost"
@@ -98,7 +138,7 @@ func (n *Node) Status(ctx context.Context) (api.Status, error) {
 	if err != nil {
 		return api.Status{}, err
 	}
-	return api.Status{Node: n.me.Name, Time: time.Now(), Coordinator: v.Coordinator, Lease: n.leaseState(), Nodes: v.Nodes, Arrays: v.Arrays}, nil
+	return api.Status{Node: n.me.Name, Time: time.Now(), Coordinator: v.Coordinator, Lease: n.leaseState(), Nodes: v.Nodes, Arrays: v.Arrays, Owners: n.ownerReports(ctx)}, nil
 }
 
 // Arrays implements api.Backend.
@@ -140,9 +180,7 @@ func (n *Node) Events(ctx context.Context, after int64, limit int) ([]api.Event,
 // hooks read it.
 func (n *Node) NodeHealth(ctx context.Context) (api.NodeHealth, error) {
 	h := api.NodeHealth{Node: n.me.Name, Daemon: "ok", Lease: n.leaseState(), DrivesMissing: []string{}, Redundant: true}
-	n.mu.Lock()
-	h.Fenced = n.fenced
-	n.mu.Unlock()
+	h.Fenced = n.fenced.Load()
 	for _, d := range n.me.Drives {
 		if _, ok := n.drives[d.Name]; !ok {
 			h.DrivesMissing = append(h.DrivesMissing, d.Name)
@@ -161,7 +199,7 @@ func (n *Node) NodeHealth(ctx context.Context) (api.NodeHealth, error) {
 			ah.PathUsable = a.Owner != "" && a.Phase == "active"
 			if a.Owner == n.me.Name {
 				s.mu.Lock()
-				ah.PathUsable = s.array != nil && s.ana == nvme.ANAOptimized
+				ah.PathUsable = s.array != nil && s.anaState() == nvme.ANAOptimized
 				s.mu.Unlock()
 			}
 		}
@@ -239,7 +277,7 @@ func (n *Node) FailDrive(ctx context.Context, drive string) error {
 		// coordinator records it and waits for a replacement.
 		for _, a := range v.Arrays {
 			if a.Name == name && a.Owner != "" {
-				if err := n.sendTask(ctx, failMember{Array: name, Node: a.Owner, Member: drive}); err != nil {
+				if err := n.sendTask(ctx, failMember{Array: name, Node: a.Owner, Member: drive, Epoch: a.Epoch}); err != nil {
 					return fmt.Errorf("%v: %w", err, api.ErrUnavailable)
 				}
 			}
@@ -251,7 +289,10 @@ func (n *Node) FailDrive(ctx context.Context, drive string) error {
 
 // failMember is the operator's "this drive failed" for the owner of an
 // array; it is sent as a task like the state machine's actions.
-type failMember struct{ Array, Node, Member string }
+type failMember struct {
+	Array, Node, Member string
+	Epoch               uint64 // the owner's epoch the request was made at
+}
 
 func (a failMember) Performer() string { return a.Node }
 func (a failMember) String() string    { return "fail-member " + a.Array + " " + a.Member }

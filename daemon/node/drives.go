@@ -83,7 +83,11 @@ func (n *Node) startBackend() error {
 	for _, d := range n.me.Drives {
 		dev := n.drives[d.Name]
 		nqn := n.cfg.DriveNQN(d.Name)
-		if err := t.AddSubsystem(target.SubsystemConfig{NQN: nqn, Model: "tier0 drive " + d.Name, AllowedHosts: hosts, DHCHAP: auth}); err != nil {
+		// EpochFencing: the reservation key is the ownership epoch, and the
+		// target refuses a preempt (or clear, or key lowering) against an
+		// equal or newer key, so a stale owner can never take a member
+		// back, whatever its node-side checks saw.
+		if err := t.AddSubsystem(target.SubsystemConfig{NQN: nqn, Model: "tier0 drive " + d.Name, AllowedHosts: hosts, DHCHAP: auth, EpochFencing: true}); err != nil {
 			return fmt.Errorf("backend subsystem %s: %w", nqn, err)
 		}
 		shares := max(1, len(n.cfg.DriveShares(d.Name)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"tier0/daemon/blockdev"
@@ -27,27 +28,96 @@ type served struct {
 	nqn  string
 	gate *gate
 
-	mu      sync.Mutex // serializes tasks on this array
-	epoch   uint64     // ownership epoch the array runs under (0: not owned)
-	array   *raid.Array
-	members []*host.Namespace // by role; nil where not imported
-	ctrls   []*host.Controller
-	ana     nvme.ANAState
-	pending map[int]string // role -> "resync" or "rebuild" running
+	mu        sync.Mutex // serializes tasks on this array
+	epoch     uint64     // ownership epoch the array runs under (0: not owned)
+	array     *raid.Array
+	members   []*host.Namespace // by role; nil where not imported
+	ctrls     []*host.Controller
+	pending   map[int]string // role -> "resync" or "rebuild" running
+	lastScrub time.Time      // when the periodic scrub last started (or the array started here)
+
+	// Read without mu (self-fencing, RAID events, status):
+	runEpoch  atomic.Uint64          // epoch of the running array (0: none)
+	openLease uint64                 // lease generation the array was assembled under (mu)
+	failure   atomic.Pointer[string] // why the array failed here; nil while it has not
+	scrub     atomic.Pointer[scrubRecord]
+
+	// anaMu orders ANA changes; it is never held across I/O, dials or
+	// assembly, so that self-fencing can always take it at once.
+	anaMu sync.Mutex
+	ana   nvme.ANAState
+}
+
+// markFailed records that the array lost more members than its parity and
+// stops the frontend serving it, with the reason (the gate's error names
+// the array and why; ANA inaccessible). It takes no lock the array's
+// actions hold.
+func (s *served) markFailed(reason string) {
+	s.failure.Store(&reason)
+	s.gate.block(fmt.Errorf("array %s failed on node %s: %s; it is served again once enough members return: %w", s.cfg.Name, s.n.me.Name, reason, blockdev.ErrNoPath))
+	if err := s.setANA(nvme.ANAInaccessible); err != nil {
+		s.n.log.Warn("ANA change failed", "array", s.cfg.Name, "err", err)
+	}
+}
+
+func (s *served) clearFailed() { s.failure.Store(nil) }
+
+// arrayFailed reports whether the array has failed here.
+func (s *served) arrayFailed() bool { return s.failure.Load() != nil }
+
+// failReason is why the array failed here ("" while it has not).
+func (s *served) failReason() string {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // gate is the frontend namespace's device: it forwards to the RAID array
 // while this node owns it and refuses I/O otherwise (the target answers
 // with the ANA inaccessible path status before it gets here; the gate is
 // the second line). Swapping the array waits for I/O in flight.
+//
+// refuse, when set, fails every request with its error before and after
+// the array call: it is an atomic checked per request, so self-fencing and
+// a failed array stop reads and writes at once, whatever lock an action or
+// a request in flight holds. A read whose data came back after the gate
+// closed is answered with the error, not the data.
 type gate struct {
-	mu    sync.RWMutex
-	array *raid.Array
-	size  int64
-	bs    int
+	mu     sync.RWMutex
+	array  *raid.Array
+	size   int64
+	bs     int
+	refuse atomic.Pointer[error]
+}
+
+// block makes every request fail with err (wrapping blockdev.ErrNoPath, so
+// that the target answers ANA inaccessible and hosts try another path).
+func (g *gate) block(err error) { g.refuse.Store(&err) }
+
+func (g *gate) unblock() { g.refuse.Store(nil) }
+
+// refused is the error requests fail with now (nil: open).
+func (g *gate) refused() error {
+	if p := g.refuse.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// after turns a completed request into the gate's error when the gate
+// closed while it ran.
+func (g *gate) after(err error) error {
+	if rerr := g.refused(); rerr != nil {
+		return rerr
+	}
+	return err
 }
 
 func (g *gate) current() (*raid.Array, func(), error) {
+	if err := g.refused(); err != nil {
+		return nil, nil, err
+	}
 	g.mu.RLock()
 	if g.array == nil {
 		g.mu.RUnlock()
@@ -68,7 +138,11 @@ func (g *gate) ReadAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer done()
-	return a.ReadAt(p, off)
+	n, err := a.ReadAt(p, off)
+	if err = g.after(err); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 func (g *gate) WriteAt(p []byte, off int64) (int, error) {
@@ -77,7 +151,11 @@ func (g *gate) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer done()
-	return a.WriteAt(p, off)
+	n, err := a.WriteAt(p, off)
+	if err = g.after(err); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 func (g *gate) WriteAtFUA(p []byte, off int64) (int, error) {
@@ -86,7 +164,11 @@ func (g *gate) WriteAtFUA(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer done()
-	return a.WriteAtFUA(p, off)
+	n, err := a.WriteAtFUA(p, off)
+	if err = g.after(err); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 func (g *gate) Flush() error {
@@ -95,7 +177,7 @@ func (g *gate) Flush() error {
 		return err
 	}
 	defer done()
-	return a.Flush()
+	return g.after(a.Flush())
 }
 
 func (g *gate) WriteZeroes(off, length int64) error {
@@ -104,7 +186,7 @@ func (g *gate) WriteZeroes(off, length int64) error {
 		return err
 	}
 	defer done()
-	return a.WriteZeroes(off, length)
+	return g.after(a.WriteZeroes(off, length))
 }
 
 func (g *gate) Discard(off, length int64) error {
@@ -113,7 +195,7 @@ func (g *gate) Discard(off, length int64) error {
 		return err
 	}
 	defer done()
-	return a.Discard(off, length)
+	return g.after(a.Discard(off, length))
 }
 
 func (g *gate) Size() int64    { return g.size }
@@ -181,6 +263,7 @@ func (n *Node) startFrontend(ctx context.Context) error {
 			return fmt.Errorf("frontend namespace of array %s: %w", a.Name, err)
 		}
 		n.arrays[a.Name] = s
+		n.arrayList = append(n.arrayList, s)
 	}
 	if err := t.Start(); err != nil {
 		return fmt.Errorf("frontend target on %s: %w", n.me.ListenAddr(n.me.Frontend), err)
@@ -241,8 +324,21 @@ func (n *Node) remoteDriveSize(drive string) int64 {
 }
 
 // setANA changes the array's frontend ANA state (the target raises the ANA
-// change event to connected hosts).
+// change event to connected hosts). It takes only anaMu: never the array's
+// task lock. Optimized is refused while the node is fenced or the array
+// has failed here, so that no action racing with self-fencing can turn a
+// fenced path back on.
 func (s *served) setANA(st nvme.ANAState) error {
+	s.anaMu.Lock()
+	defer s.anaMu.Unlock()
+	if st == nvme.ANAOptimized {
+		if s.n.isFenced() {
+			return fmt.Errorf("array %s: ANA optimized refused: node %s has fenced itself", s.cfg.Name, s.n.me.Name)
+		}
+		if r := s.failReason(); r != "" {
+			return fmt.Errorf("array %s: ANA optimized refused: the array failed (%s)", s.cfg.Name, r)
+		}
+	}
 	if s.ana == st {
 		return nil
 	}
@@ -251,4 +347,11 @@ func (s *served) setANA(st nvme.ANAState) error {
 	}
 	s.ana = st
 	return nil
+}
+
+// anaState is the array's current frontend ANA state here.
+func (s *served) anaState() nvme.ANAState {
+	s.anaMu.Lock()
+	defer s.anaMu.Unlock()
+	return s.ana
 }

@@ -2,19 +2,59 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"tier0/daemon/nvme"
+	"tier0/daemon/raid"
 	"tier0/daemon/slurm"
 	"tier0/daemon/slurm/drain"
 	"tier0/daemon/store"
 )
+
+// leaseMargin is subtracted from the lease's local deadline: the node
+// fences itself that long before the store can expire its lease at the
+// earliest. It covers clock-rate drift between the node and the store and
+// the time self-fencing takes (which is bounded: see selfFence).
+func leaseMargin(ttl time.Duration) time.Duration { return ttl / 5 }
+
+// lease is what the liveness loop needs of a store.Liveness.
+type lease interface {
+	Lost() <-chan struct{}
+	Err() error
+	Deadline() time.Time
+}
+
+// awaitLeaseLoss returns why the lease can no longer be trusted: the store
+// said so (Lost), or — on the node's own timer, whatever the etcd client
+// is doing — its local deadline minus margin passed without a renewal. It
+// returns "" when ctx ends first.
+func awaitLeaseLoss(ctx context.Context, l lease, margin time.Duration) string {
+	for {
+		wait := time.Until(l.Deadline().Add(-margin))
+		if wait <= 0 {
+			return fmt.Sprintf("lease not renewed by its local deadline %s minus margin %s (local watchdog)", l.Deadline().Format(time.RFC3339Nano), margin)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ""
+		case <-l.Lost():
+			t.Stop()
+			return "lease lost: " + errString(l.Err())
+		case <-t.C:
+			// Re-read the deadline: a renewal may have moved it on.
+		}
+	}
+}
 
 // livenessLoop holds this node's lease. When the lease is lost the node
 // fences itself at once — before the store can expire the lease and the
 // coordinator hand its arrays on — then registers again.
 func (n *Node) livenessLoop(ctx context.Context) error {
 	ttl := n.cfg.Policies.LeaseTTL.D()
+	margin := leaseMargin(ttl)
 	var drives []string
 	for _, d := range n.me.Drives {
 		drives = append(drives, d.Name)
@@ -22,7 +62,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 	info := store.NodeInfo{Node: n.me.Name, Domain: n.me.Domain, Drives: drives, API: n.me.AdvertiseAddr(n.me.API), Started: n.started}
 	fencedBefore := false
 	for ctx.Err() == nil {
-		live, err := n.st.Register(ctx, info, ttl, 0)
+		live, err := n.st.Register(ctx, info, ttl, margin)
 		if err != nil {
 			n.log.Warn("lease registration failed; retrying", "err", err)
 			select {
@@ -33,8 +73,10 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 			continue
 		}
 		n.mu.Lock()
-		n.live, n.fenced = live, false
+		n.live = live
 		n.mu.Unlock()
+		n.leaseGen.Add(1)
+		n.fenced.Store(false)
 		n.metrics.LeaseHeld.Set(1)
 		n.metrics.Fenced.Set(0)
 		if fencedBefore {
@@ -44,16 +86,16 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 			n.sendReport(report{Kind: "returned"})
 			fencedBefore = false
 		}
-		select {
-		case <-ctx.Done():
+		why := awaitLeaseLoss(ctx, live, margin)
+		if why == "" {
 			return nil
-		case <-live.Lost():
-			n.metrics.LeaseHeld.Set(0)
-			n.metrics.Fenced.Set(1)
-			n.selfFence("lease lost: " + errString(live.Err()))
-			live.Abandon()
-			fencedBefore = true
 		}
+		n.metrics.LeaseHeld.Set(0)
+		n.selfFence(why)
+		// Abandon waits for the store's renewal loop, which a hung etcd
+		// client may hold: only after the node has fenced itself.
+		live.Abandon()
+		fencedBefore = true
 	}
 	return nil
 }
@@ -83,11 +125,20 @@ func (n *Node) housekeeping(ctx context.Context) {
 			arrays = append(arrays, s)
 		}
 		n.mu.Unlock()
+		if i%5 == 0 {
+			n.retryFailed(ctx)
+		}
+		n.scrubDue(time.Now())
 		for _, s := range arrays {
 			s.mu.Lock()
-			arr, epoch, serving := s.array, s.epoch, s.ana == nvme.ANAOptimized
+			arr, epoch, serving := s.array, s.epoch, s.anaState() == nvme.ANAOptimized
 			s.mu.Unlock()
 			owned := 0.0
+			n.metrics.SetArrayFailed(s.cfg.Name, s.arrayFailed())
+			if arr == nil && s.arrayFailed() && epoch != 0 {
+				// Failed and not re-assembled yet: still say so.
+				_, _ = n.st.Put(ctx, store.Observed, "arrays", s.cfg.Name, s.observed(epoch, false, raid.Status{State: "failed"}))
+			}
 			if arr != nil {
 				owned = 1
 				if i%3 == 0 {
@@ -96,7 +147,7 @@ func (n *Node) housekeeping(ctx context.Context) {
 					}
 				}
 				st := arr.Status()
-				_, _ = n.st.Put(ctx, store.Observed, "arrays", s.cfg.Name, observedArray{Owner: n.me.Name, Epoch: epoch, Serving: serving, Status: st, Time: time.Now()})
+				_, _ = n.st.Put(ctx, store.Observed, "arrays", s.cfg.Name, s.observed(epoch, serving, st))
 				n.metrics.Epoch.WithLabelValues(s.cfg.Name).Set(float64(epoch))
 				if st.Progress.Total > 0 && st.Task != "" {
 					n.metrics.RebuildRate.WithLabelValues(s.cfg.Name).Set(st.Progress.Rate)

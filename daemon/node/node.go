@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"tier0/daemon/api"
@@ -74,12 +75,17 @@ type Node struct {
 	metrics  *api.Metrics
 	drainer  *drain.Drainer
 
-	mu       sync.Mutex
-	arrays   map[string]*served // every configured array, by name
-	fenced   bool               // self-fenced: lease lost
-	started  time.Time
-	coord    bool   // this node is the coordinator now
-	lastView string // last published cluster view, without its time
+	mu     sync.Mutex
+	arrays map[string]*served // every configured array, by name
+	// fenced is set while the node has fenced itself (lease lost); an
+	// atomic so that self-fencing and every check of it take no lock.
+	fenced    atomic.Bool
+	fenceWhy  atomic.Pointer[string]
+	leaseGen  atomic.Uint64 // counts lease registrations
+	arrayList []*served     // the arrays in config order, fixed once the frontend started
+	started   time.Time
+	coord     bool   // this node is the coordinator now
+	lastView  string // last published cluster view, without its time
 }
 
 // New checks the configuration for this node. Nothing is opened until Run.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,40 +77,132 @@ func (n *Node) dialMember(ctx context.Context, arrayName, drive string) (*host.C
 	return c, ns, nil
 }
 
-// fenceNS makes this node the reservation holder of a member under key
-// (the ownership epoch), preempting and aborting any other holder.
+// SupersededError: a member's reservation is held under a key (an
+// ownership epoch) at least as new as the one this node acts under. The
+// node does not own the array at that epoch any more and must stop acting
+// as its owner; it never preempts such a holder.
+type SupersededError struct {
+	Member string // drive (or namespace, until the caller names the drive)
+	Holder string // node holding the reservation ("" when not one of the site's nodes)
+	Key    uint64 // the holder's key
+	Ours   uint64 // the key (epoch) this node acted under
+}
+
+func (e *SupersededError) Error() string {
+	who := e.Holder
+	if who == "" {
+		who = "a host that is not a node of this site"
+	}
+	return fmt.Sprintf("member %s is reserved by %s under epoch %d, not older than this node's epoch %d: a newer owner fenced it; this node stops serving the array instead of taking the member back",
+		e.Member, who, e.Key, e.Ours)
+}
+
+// fenceMember is fenceNS for one member drive (errors name it).
+func (n *Node) fenceMember(ns *host.Namespace, drive string, key uint64) error {
+	err := n.fenceNS(ns, key)
+	var se *SupersededError
+	if errors.As(err, &se) {
+		se.Member = drive
+		return se
+	}
+	if err != nil {
+		return fmt.Errorf("member %s: %w", drive, err)
+	}
+	return nil
+}
+
+// nodeOfHost names the site node with NVMe host ID id ("" when none).
+func (n *Node) nodeOfHost(id [16]byte) string {
+	for _, o := range n.cfg.Nodes {
+		if hostID(n.cfg, o.Name) == id {
+			return o.Name
+		}
+	}
+	return ""
+}
+
+// fenceNS makes this node the reservation holder of a member under key,
+// the ownership epoch of the action. The rule: the reservation key is the
+// epoch, and no node ever preempts a holder whose key is greater than or
+// equal to its own — that holder is a newer (or concurrent) owner, so
+// fenceNS returns a *SupersededError and the caller fences itself for the
+// array. Only an older holder is preempted and aborted. The backend target
+// enforces the same rule (EpochFencing), so a holder that changes between
+// the report and the preempt is never overtaken either.
 func (n *Node) fenceNS(ns *host.Namespace, key uint64) error {
+	member := fmt.Sprintf("namespace %d", ns.NSID())
+	me := hostID(n.cfg, n.me.Name)
+	superseded := func(r nvme.Registrant) error {
+		return &SupersededError{Member: member, Holder: n.nodeOfHost(r.HostID), Key: r.RKey, Ours: key}
+	}
+	holderOf := func() (nvme.Registrant, bool, error) {
+		st, err := ns.Report()
+		if err != nil {
+			return nvme.Registrant{}, false, fmt.Errorf("reservation report: %w", err)
+		}
+		for _, r := range st.Registrants {
+			if r.Holder {
+				return r, true, nil
+			}
+		}
+		return nvme.Registrant{}, false, nil
+	}
+	h, held, err := holderOf()
+	if err != nil {
+		return err
+	}
+	if held && h.HostID == me && h.RKey == key {
+		return nil
+	}
+	if held && h.RKey >= key {
+		// Checked before registering: a stale node must not even lower
+		// its own registration (or the holder's, when it is itself).
+		return superseded(h)
+	}
 	if err := ns.Register(nvme.ResvRegister, 0, key, false); err != nil {
 		if err2 := ns.Register(nvme.ResvReplace, 0, key, true); err2 != nil {
 			return fmt.Errorf("register key %d: %w (replace: %v)", key, err, err2)
 		}
 	}
-	st, err := ns.Report()
-	if err != nil {
-		return fmt.Errorf("reservation report: %w", err)
+	switch {
+	case held && h.HostID == me:
+		// Our own older reservation: the replace above raised its key.
+	case held:
+		err = ns.Acquire(nvme.ResvPreemptAndAbort, nvme.ResvWriteExclusive, key, h.RKey)
+		if err != nil {
+			err = fmt.Errorf("preempt-and-abort of holder key %d: %w", h.RKey, err)
+		}
+	default:
+		err = ns.Acquire(nvme.ResvAcquire, nvme.ResvWriteExclusive, key, 0)
+		if err != nil {
+			err = fmt.Errorf("acquire with key %d: %w", key, err)
+		}
 	}
-	me := hostID(n.cfg, n.me.Name)
-	for _, r := range st.Registrants {
-		if !r.Holder {
-			continue
-		}
-		if r.HostID == me && r.RKey == key {
-			return nil
-		}
-		if err := ns.Acquire(nvme.ResvPreemptAndAbort, nvme.ResvWriteExclusive, key, r.RKey); err != nil {
-			return fmt.Errorf("preempt-and-abort holder key %d: %w", r.RKey, err)
-		}
+	// Whatever happened, the member's state decides: this node holds it
+	// under key, or someone at least as new does (a preempt that raced
+	// with a newer owner only removed registrants of the old key).
+	h2, held2, rerr := holderOf()
+	if rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	if held2 && h2.HostID == me && h2.RKey == key {
 		return nil
 	}
-	if err := ns.Acquire(nvme.ResvAcquire, nvme.ResvWriteExclusive, key, 0); err != nil {
-		return fmt.Errorf("acquire with key %d: %w", key, err)
+	if held2 && h2.RKey >= key && h2.HostID != me {
+		return superseded(h2)
 	}
-	return nil
+	if err == nil {
+		err = fmt.Errorf("not the reservation holder under key %d after acquiring it (holder key %d, held %v); retry the fence", key, h2.RKey, held2)
+	}
+	return err
 }
 
 // importAll dials every member not imported yet, in parallel, and fences
-// each with key. Members that cannot be reached or fenced stay nil.
-func (s *served) importAll(ctx context.Context, key uint64, skip []string) int {
+// each with key. Members that cannot be reached or fenced stay nil. When a
+// member is held under a key at least as new as key, the node has been
+// superseded: importAll returns that error and the caller must stop acting
+// as the array's owner (no member is fenced under the stale key).
+func (s *served) importAll(ctx context.Context, key uint64, skip []string) (int, *SupersededError) {
 	n := s.n
 	if s.members == nil {
 		s.members = make([]*host.Namespace, len(s.cfg.Members))
@@ -117,6 +210,17 @@ func (s *served) importAll(ctx context.Context, key uint64, skip []string) int {
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var superseded *SupersededError
+	noteSuperseded := func(err error) {
+		var se *SupersededError
+		if errors.As(err, &se) {
+			mu.Lock()
+			if superseded == nil || se.Key > superseded.Key {
+				superseded = se
+			}
+			mu.Unlock()
+		}
+	}
 	for i, d := range s.cfg.Members {
 		if s.members[i] != nil || slices.Contains(skip, d) {
 			continue
@@ -126,11 +230,12 @@ func (s *served) importAll(ctx context.Context, key uint64, skip []string) int {
 			defer wg.Done()
 			c, ns, err := n.dialMember(ctx, s.cfg.Name, d)
 			if err == nil {
-				if err = n.fenceNS(ns, key); err != nil {
+				if err = n.fenceMember(ns, d, key); err != nil {
 					c.Close()
 				}
 			}
 			if err != nil {
+				noteSuperseded(err)
 				n.log.Warn("member not imported", "array", s.cfg.Name, "member", d, "err", err)
 				return
 			}
@@ -140,20 +245,39 @@ func (s *served) importAll(ctx context.Context, key uint64, skip []string) int {
 		}()
 	}
 	wg.Wait()
+	if superseded != nil {
+		return 0, superseded
+	}
 	// Members already imported get the new key too.
 	count := 0
 	for i, ns := range s.members {
 		if ns == nil {
 			continue
 		}
-		if err := n.fenceNS(ns, key); err != nil {
+		if err := n.fenceMember(ns, s.cfg.Members[i], key); err != nil {
+			noteSuperseded(err)
 			n.log.Warn("member fence failed", "array", s.cfg.Name, "member", s.cfg.Members[i], "err", err)
 			s.dropMember(i)
 			continue
 		}
 		count++
 	}
-	return count
+	if superseded != nil {
+		return 0, superseded
+	}
+	return count, nil
+}
+
+// supersededLocked fences this node for one array after a member showed a
+// newer owner's reservation: stop without writing, tell the coordinator.
+func (s *served) supersededLocked(epoch uint64, se *SupersededError) {
+	n := s.n
+	n.log.Warn("a newer owner holds the array's members; stopping it here", "array", s.cfg.Name, "epoch", epoch, "err", se)
+	s.stopLocked(true)
+	if se.Holder == "" {
+		return
+	}
+	n.sendReport(report{Kind: "ownership-lost", Array: s.cfg.Name, Epoch: epoch, Winner: se.Holder, WinnerEpoch: se.Key})
 }
 
 func (s *served) dropMember(i int) {
@@ -188,6 +312,7 @@ func (s *served) stopLocked(abort bool) {
 	}
 	s.members, s.ctrls = nil, nil
 	s.epoch = 0
+	s.runEpoch.Store(0)
 	s.pending = map[int]string{}
 }
 
@@ -200,11 +325,39 @@ func (s *served) stop(abort bool) {
 // owns reports whether the store names this node owner of the array at
 // epoch.
 func (n *Node) owns(ctx context.Context, array string, epoch uint64) (store.Ownership, bool) {
+	own, err := n.ownsAt(ctx, array, epoch)
+	return own, err == nil
+}
+
+// ownsAt is owns with the reason when not: the store cannot be read, or it
+// names another owner or epoch.
+func (n *Node) ownsAt(ctx context.Context, array string, epoch uint64) (store.Ownership, error) {
+	if epoch == 0 {
+		return store.Ownership{}, fmt.Errorf("the action carries no ownership epoch; it is refused (an owner-side action is always tied to the epoch that ordered it)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
 	own, err := n.st.Ownership(ctx, array)
 	if err != nil {
-		return own, false
+		return own, fmt.Errorf("cannot confirm ownership of array %s at epoch %d: %w", array, epoch, err)
 	}
-	return own, own.Owner == n.me.Name && own.Epoch == epoch
+	if own.Owner != n.me.Name || own.Epoch != epoch {
+		return own, fmt.Errorf("the store names %s owner of array %s at epoch %d, not this node (%s) at epoch %d", orNobody(own.Owner), array, own.Epoch, n.me.Name, epoch)
+	}
+	return own, nil
+}
+
+func orNobody(s string) string {
+	if s == "" {
+		return "nobody"
+	}
+	return s
+}
+
+// newerOwner reports whether own names another owner (or epoch) newer than
+// epoch: this node has been superseded for the array.
+func (n *Node) newerOwner(own store.Ownership, epoch uint64) bool {
+	return own.Epoch > epoch || (own.Epoch == epoch && own.Owner != "" && own.Owner != n.me.Name)
 }
 
 func (n *Node) served(name string) *served {
@@ -213,10 +366,15 @@ func (n *Node) served(name string) *served {
 	return n.arrays[name]
 }
 
-func (n *Node) isFenced() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.fenced
+func (n *Node) isFenced() bool { return n.fenced.Load() }
+
+// fenceErr is what the frontend answers while the node is fenced.
+func (n *Node) fenceErr() error {
+	why := "lease lost"
+	if p := n.fenceWhy.Load(); p != nil {
+		why = *p
+	}
+	return fmt.Errorf("node %s has fenced itself (%s) and serves no array until it holds a lease again: %w", n.me.Name, why, blockdev.ErrNoPath)
 }
 
 func (n *Node) doFence(ctx context.Context, a cluster.Fence) {
@@ -245,7 +403,12 @@ func (n *Node) doFence(ctx context.Context, a cluster.Fence) {
 	if s.array != nil && s.epoch < a.NewEpoch {
 		s.stopLocked(true) // re-taking under a new epoch: start afresh
 	}
-	got := s.importAll(ctx, a.NewEpoch, nil)
+	got, se := s.importAll(ctx, a.NewEpoch, nil)
+	if se != nil {
+		s.supersededLocked(a.NewEpoch, se)
+		fail(se.Error())
+		return
+	}
 	need := len(s.cfg.Members) - s.cfg.Parity()
 	if got < need {
 		fail(fmt.Sprintf("fenced %d of %d members; at least %d are needed", got, len(s.cfg.Members), need))
@@ -284,17 +447,55 @@ func (n *Node) doAssemble(ctx context.Context, a cluster.Assemble) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := n.owns(ctx, a.Array, a.Epoch); !ok || n.isFenced() {
-		fail("the store does not name this node owner at this epoch")
+	if n.isFenced() {
+		fail("this node has fenced itself (lease lost); it assembles nothing until it holds a lease again")
 		return
 	}
-	if s.array != nil && s.epoch == a.Epoch {
+	if own, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil {
+		if s.array != nil && n.newerOwner(own, s.epoch) {
+			s.stopLocked(true)
+		}
+		fail(err.Error())
+		return
+	}
+	if s.array != nil && s.epoch == a.Epoch && !s.arrayFailed() && s.gate.refused() == nil {
 		n.sendReport(report{Kind: "assembled", Array: a.Array, Epoch: a.Epoch})
 		return
 	}
+	if s.array != nil && s.epoch > a.Epoch {
+		fail(fmt.Sprintf("ordered at epoch %d but the array runs here at the newer epoch %d", a.Epoch, s.epoch))
+		return
+	}
+	if err := s.assembleLocked(ctx, a.Epoch, a.Degraded); err != nil {
+		fail(err.Error())
+		return
+	}
+	n.sendReport(report{Kind: "assembled", Array: a.Array, Epoch: a.Epoch})
+}
+
+// assembleLocked imports the members (leaving out degraded) under epoch and
+// starts the RAID; a running array that failed (or one of an older epoch)
+// is stopped first and assembled afresh from its members: the RAID engine
+// takes back members that failed with the array and resyncs the stale ones.
+// A newer owner's reservation on a member stops the array here
+// (supersededLocked); too few members report the array failed.
+func (s *served) assembleLocked(ctx context.Context, epoch uint64, degraded []string) error {
+	n := s.n
+	if s.array != nil {
+		s.gate.set(nil)
+		s.array.Abort()
+		s.array = nil
+		for i := range s.members {
+			s.dropMember(i) // dialled afresh below: a failed member's connection may be dead
+		}
+		s.pending = map[int]string{}
+	}
 	// A coordinator that took over replays FenceDone: import what is missing.
-	s.importAll(ctx, a.Epoch, a.Degraded)
-	for _, d := range a.Degraded {
+	if _, se := s.importAll(ctx, epoch, degraded); se != nil {
+		s.supersededLocked(epoch, se)
+		return se
+	}
+	for _, d := range degraded {
 		if i := s.role(d); i >= 0 {
 			s.dropMember(i)
 		}
@@ -309,30 +510,41 @@ func (n *Node) doAssemble(ctx context.Context, a cluster.Assemble) {
 	}
 	lvl, err := raid.ParseLevel(s.cfg.Level)
 	if err != nil {
-		fail(err.Error())
-		return
+		return err
 	}
 	pol := n.raidPolicy(s)
-	arr, rejected, err := raid.Assemble(devs, raid.AssembleOptions{UUID: n.arrayUUID(a.Array), Epoch: a.Epoch, Policy: pol})
+	arr, rejected, err := raid.Assemble(devs, raid.AssembleOptions{UUID: n.arrayUUID(s.cfg.Name), Epoch: epoch, Policy: pol})
 	if err != nil && present == len(devs) && allNoSuperblock(rejected, len(devs)) {
 		// A new array: every member is present and blank.
-		arr, err = raid.Create(devs, raid.Config{Level: lvl, ChunkSize: s.cfg.ChunkKiB << 10, UUID: n.arrayUUID(a.Array), Epoch: a.Epoch, Policy: pol})
+		arr, err = raid.Create(devs, raid.Config{Level: lvl, ChunkSize: s.cfg.ChunkKiB << 10, UUID: n.arrayUUID(s.cfg.Name), Epoch: epoch, Policy: pol})
 		rejected = nil
 		if err == nil {
-			n.log.Info("array created", "array", a.Array, "capacity", arr.Size())
+			n.log.Info("array created", "array", s.cfg.Name, "capacity", arr.Size())
 		}
 	}
 	if err != nil {
-		fail(err.Error())
-		return
+		if errors.Is(err, raid.ErrTooManyFailed) {
+			reason := fmt.Sprintf("assembly at epoch %d found %d of %d members usable: %v", epoch, present, len(devs), err)
+			s.markFailed(reason)
+			n.sendReport(report{Kind: "array-failed", Array: s.cfg.Name, Epoch: epoch, Reason: reason})
+		}
+		return err
 	}
 	if arr.Size() != s.gate.size {
 		arr.Abort()
-		fail(fmt.Sprintf("assembled capacity %d differs from the frontend namespace size %d: the members' sizes changed", arr.Size(), s.gate.size))
-		return
+		return fmt.Errorf("assembled capacity %d differs from the frontend namespace size %d: the members' sizes changed", arr.Size(), s.gate.size)
 	}
-	s.array, s.epoch = arr, a.Epoch
+	s.array, s.epoch = arr, epoch
+	s.runEpoch.Store(epoch)
+	s.openLease = n.leaseGen.Load()
+	s.clearFailed()
 	s.gate.set(arr)
+	s.gate.unblock()
+	if n.isFenced() {
+		// Fenced while assembling: the fast path may have run before the
+		// gate was opened above; close it again (ANA stays inaccessible).
+		s.gate.block(n.fenceErr())
+	}
 	// Members refused as stale come back through a delta resync.
 	for _, r := range rejected {
 		if r.Slot >= 0 && r.Slot < len(devs) && errors.Is(r.Err, raid.ErrStale) && devs[r.Slot] != nil {
@@ -341,8 +553,8 @@ func (n *Node) doAssemble(ctx context.Context, a cluster.Assemble) {
 			}
 		}
 	}
-	n.log.Info("assembled", "array", a.Array, "epoch", a.Epoch, "members", present, "state", arr.Status().State)
-	n.sendReport(report{Kind: "assembled", Array: a.Array, Epoch: a.Epoch})
+	n.log.Info("assembled", "array", s.cfg.Name, "epoch", epoch, "members", present, "state", arr.Status().State)
+	return nil
 }
 
 func allNoSuperblock(rej []Rejection, n int) bool {
@@ -391,57 +603,118 @@ func (n *Node) doSetANA(ctx context.Context, a cluster.SetANA) {
 	_ = s.setANA(nvme.ANAInaccessible)
 }
 
-func (n *Node) doRelease(a cluster.Release) {
+// doRelease stops serving the array for a planned move. It is tied to the
+// epoch that ordered it: a release of an older epoch than the one the
+// array runs under here is stale and refused; the stop is clean (flushed,
+// superblocks recorded) only while the store still names this node owner at
+// that epoch, otherwise it aborts without writing.
+func (n *Node) doRelease(ctx context.Context, a cluster.Release) {
 	s := n.served(a.Array)
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
-	if s.array != nil && s.epoch > a.Epoch {
+	if s.array != nil && s.epoch != a.Epoch {
+		running := s.epoch
 		s.mu.Unlock()
-		return // a newer takeover of our own; the release is stale
+		n.log.Warn("release refused: ordered for another epoch than the array runs under here", "array", a.Array, "asked", a.Epoch, "running", running)
+		return
 	}
-	s.stopLocked(false)
+	abort := false
+	if s.array != nil {
+		if _, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil {
+			n.log.Warn("release: this node is not the owner at the release's epoch; stopping without writing", "array", a.Array, "epoch", a.Epoch, "err", err)
+			abort = true
+		}
+	}
+	s.stopLocked(abort)
 	s.mu.Unlock()
 	n.log.Info("released", "array", a.Array, "epoch", a.Epoch, "to", a.To)
 	n.sendReport(report{Kind: "released", Array: a.Array, Epoch: a.Epoch})
 }
 
 // doRepair brings a member back: a delta resync (ReAdd) or a full rebuild
-// (Replace).
-func (n *Node) doRepair(ctx context.Context, array, member string, full bool) {
-	s := n.served(array)
+// (Replace). It is tied to a.Epoch, the epoch of the decision: it is
+// refused unless the array runs here under that epoch and the store names
+// this node owner at it, and every refusal or failure is reported to the
+// coordinator (repair-failed, with the reason), which retries with backoff.
+func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
+	kind := map[bool]string{false: "resync", true: "rebuild"}[full]
+	s := n.served(a.Array)
 	if s == nil {
+		return
+	}
+	fail := func(reason string) {
+		n.log.Warn("repair refused", "array", a.Array, "member", a.Member, "kind", kind, "epoch", a.Epoch, "reason", reason)
+		n.sendReport(report{Kind: "repair-failed", Array: a.Array, Member: a.Member, Epoch: a.Epoch, Reason: kind + " of " + a.Member + ": " + reason})
+	}
+	i := s.role(a.Member)
+	if i < 0 {
+		fail(fmt.Sprintf("drive %s is not a member of array %s (members %v)", a.Member, a.Array, s.cfg.Members))
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := s.role(member)
-	if i < 0 {
+	if n.isFenced() {
+		fail("this node has fenced itself (lease lost)")
 		return
 	}
-	if s.array == nil {
-		n.notServing(array, "repair of "+member)
+	if s.array == nil && !s.arrayFailed() {
+		fail("the array is not running on this node")
+		n.notServing(a.Array, kind+" of "+a.Member)
 		return
 	}
-	if kind, ok := s.pending[i]; ok {
-		n.log.Info("repair already running", "array", array, "member", member, "kind", kind)
+	if s.epoch != a.Epoch {
+		fail(fmt.Sprintf("ordered at epoch %d but the array runs here under epoch %d", a.Epoch, s.epoch))
+		return
+	}
+	if own, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil {
+		if n.newerOwner(own, s.epoch) {
+			// Superseded: stop acting as owner of this array at once.
+			s.stopLocked(true)
+			if own.Owner != "" {
+				n.sendReport(report{Kind: "ownership-lost", Array: a.Array, Epoch: a.Epoch, Winner: own.Owner, WinnerEpoch: own.Epoch})
+			}
+		}
+		fail(err.Error())
+		return
+	}
+	if s.arrayFailed() {
+		// A failed array comes back by a fresh assembly from its members
+		// (those that failed with it are current), not member by member.
+		why := s.failReason()
+		if err := s.assembleLocked(ctx, a.Epoch, nil); err != nil {
+			fail("the array failed (" + why + ") and re-assembling it from its members failed: " + err.Error())
+			return
+		}
+		n.log.Info("failed array re-assembled", "array", a.Array, "epoch", a.Epoch)
+		n.sendReport(report{Kind: "assembled", Array: a.Array, Epoch: a.Epoch})
+		n.recordEvent("array-recovered", a.Array, a.Epoch, "re-assembled from its members after: "+why)
+	}
+	if k, ok := s.pending[i]; ok {
+		n.log.Info("repair already running", "array", a.Array, "member", a.Member, "kind", k)
 		return
 	}
 	st := s.array.Status()
 	if i < len(st.Members) && st.Members[i].State == "active" {
-		n.sendReport(report{Kind: map[bool]string{false: "resync-done", true: "rebuild-done"}[full], Array: array, Member: member, Epoch: s.epoch})
+		n.sendReport(report{Kind: kind + "-done", Array: a.Array, Member: a.Member, Epoch: s.epoch})
 		return
 	}
 	s.dropMember(i)
-	c, ns, err := n.dialMember(ctx, array, member)
+	c, ns, err := n.dialMember(ctx, a.Array, a.Member)
 	if err == nil {
-		if err = n.fenceNS(ns, s.epoch); err != nil {
+		if err = n.fenceMember(ns, a.Member, s.epoch); err != nil {
 			c.Close()
 		}
 	}
+	var se *SupersededError
+	if errors.As(err, &se) {
+		s.supersededLocked(a.Epoch, se)
+		fail(se.Error())
+		return
+	}
 	if err != nil {
-		n.log.Warn("repair: member not reachable yet", "array", array, "member", member, "err", err)
+		fail("member not reachable yet: " + err.Error())
 		return
 	}
 	s.members[i], s.ctrls[i] = ns, c
@@ -451,12 +724,12 @@ func (n *Node) doRepair(ctx context.Context, array, member string, full bool) {
 		err = s.array.ReAdd(i, ns)
 	}
 	if err != nil {
-		n.log.Warn("repair refused", "array", array, "member", member, "err", err)
 		s.dropMember(i)
+		fail(err.Error())
 		return
 	}
-	s.pending[i] = map[bool]string{false: "resync", true: "rebuild"}[full]
-	n.log.Info("repair started", "array", array, "member", member, "full", full)
+	s.pending[i] = kind
+	n.log.Info("repair started", "array", a.Array, "member", a.Member, "full", full, "epoch", a.Epoch)
 }
 
 // onEvent receives the RAID engine's events (from its goroutines: it must
@@ -502,27 +775,107 @@ func (s *served) onEvent(ev raid.Event) {
 		}()
 	case raid.MemberFailed:
 		s.n.log.Warn("member failed", "array", s.cfg.Name, "member", member, "reason", ev.Reason)
+	case raid.ArrayFailed:
+		// More members lost than the parity: stop serving at once with the
+		// reason (gate first, from this goroutine; it takes no lock), then
+		// tell the coordinator. The array is re-assembled from its members
+		// when they return (Assemble, Resync, or the owner's own retry).
+		reason := ev.Reason
+		if reason == "" {
+			reason = "more members failed than the RAID level tolerates"
+		}
+		s.failure.Store(&reason)
+		s.gate.block(fmt.Errorf("array %s failed on node %s: %s; it is served again once enough members return: %w", s.cfg.Name, s.n.me.Name, reason, blockdev.ErrNoPath))
+		epoch := s.runEpoch.Load()
+		go func() {
+			s.markFailed(reason)
+			s.n.log.Error("array failed: stopped serving it", "array", s.cfg.Name, "epoch", epoch, "reason", reason)
+			s.n.sendReport(report{Kind: "array-failed", Array: s.cfg.Name, Epoch: epoch, Reason: reason})
+			s.n.recordEvent("array-failed", s.cfg.Name, epoch, reason)
+		}()
+	case raid.ScrubStarted, raid.ScrubMismatch, raid.ScrubDone:
+		s.onScrubEvent(ev)
+	default:
+		if ev.Kind.String() == taskFailed {
+			s.onTaskFailed(ev, member)
+		}
 	}
 }
 
-// selfFence stops acting as owner of anything: every ANA state
-// inaccessible, every array stopped without writing more.
+// taskFailed is the name of raid's TaskFailed event: a background task
+// (rebuild, resync, scrub) ended with an error.
+const taskFailed = "task-failed"
+
+func (s *served) onTaskFailed(ev raid.Event, member string) {
+	if ev.Member < 0 && strings.HasPrefix(ev.Reason, "scrub") {
+		s.onScrubEvent(ev)
+		return
+	}
+	epoch := s.runEpoch.Load()
+	go func() {
+		s.mu.Lock()
+		kind := ""
+		if ev.Member >= 0 {
+			kind = s.pending[ev.Member]
+			delete(s.pending, ev.Member)
+		}
+		s.mu.Unlock()
+		s.n.log.Warn("background task failed", "array", s.cfg.Name, "member", member, "reason", ev.Reason)
+		if kind != "" && member != "" {
+			s.n.sendReport(report{Kind: "repair-failed", Array: s.cfg.Name, Member: member, Epoch: epoch, Reason: kind + " of " + member + " failed: " + ev.Reason})
+		}
+		s.n.recordEvent("task-failed", s.cfg.Name, epoch, ev.Reason)
+	}()
+}
+
+// selfFence stops acting as owner of anything. Its first part takes no
+// lock that an action (s.mu, held across dials and assembly) or a request
+// in flight can hold, so it is bounded by itself: set the node's fenced
+// flag, close every array's gate (an atomic checked by every request
+// before and after the RAID call: from here on no read or write of this
+// node completes successfully), and turn every ANA state inaccessible
+// (anaMu, held only around the target's state change). selfFence returns
+// when that is done. Stopping the arrays — aborting the RAID without
+// writing, closing the member connections — follows in the background,
+// each under its array's task lock, for arrays opened under the lost
+// lease (an array assembled under a later lease is left alone).
+// docs/CONTROL-PLANE.md states the bound.
 func (n *Node) selfFence(reason string) {
-	n.mu.Lock()
-	n.fenced = true
-	arrays := make([]*served, 0, len(n.arrays))
-	for _, s := range n.arrays {
-		arrays = append(arrays, s)
+	n.fenceWhy.Store(&reason)
+	n.fenced.Store(true)
+	gen := n.leaseGen.Load()
+	err := n.fenceErr()
+	for _, s := range n.arrayList {
+		s.gate.block(err)
 	}
-	n.mu.Unlock()
-	n.log.Warn("self-fencing", "reason", reason)
-	for _, s := range arrays {
-		s.stop(true)
+	for _, s := range n.arrayList {
+		if aerr := s.setANA(nvme.ANAInaccessible); aerr != nil {
+			n.log.Warn("self-fence: ANA change failed (the gate refuses I/O regardless)", "array", s.cfg.Name, "err", aerr)
+		}
+	}
+	n.log.Warn("self-fenced: every array's frontend refuses I/O and is ANA inaccessible; stopping the arrays", "reason", reason)
+	if n.metrics != nil {
+		n.metrics.Fenced.Set(1)
+	}
+	for _, s := range n.arrayList {
+		go s.stopFenced(gen)
 	}
 }
 
-// doFailMember fails a member of a running array on the operator's word.
-func (n *Node) doFailMember(a failMember) {
+// stopFenced stops the array if it was opened under lease generation gen
+// or earlier (the lease whose loss fenced the node).
+func (s *served) stopFenced(gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.array != nil && s.openLease > gen {
+		return
+	}
+	s.stopLocked(true)
+}
+
+// doFailMember fails a member of a running array on the operator's word,
+// under the epoch the request was made at.
+func (n *Node) doFailMember(ctx context.Context, a failMember) {
 	s := n.served(a.Array)
 	if s == nil {
 		return
@@ -531,6 +884,14 @@ func (n *Node) doFailMember(a failMember) {
 	defer s.mu.Unlock()
 	i := s.role(a.Member)
 	if s.array == nil || i < 0 {
+		return
+	}
+	if s.epoch != a.Epoch {
+		n.log.Warn("fail member refused: ordered for another epoch", "array", a.Array, "member", a.Member, "asked", a.Epoch, "running", s.epoch)
+		return
+	}
+	if _, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil {
+		n.log.Warn("fail member refused", "array", a.Array, "member", a.Member, "err", err)
 		return
 	}
 	if err := s.array.FailMember(i, "failed by the operator"); err != nil {
@@ -559,4 +920,50 @@ func (n *Node) publishStopped(array string, epoch uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_, _ = n.st.Put(ctx, store.Observed, "arrays", array, observedArray{Owner: n.me.Name, Epoch: epoch, Serving: false, Time: time.Now()})
+}
+
+// recordEvent appends an entry to the cluster's event log (best effort:
+// the log is for people; the coordinator has the report).
+func (n *Node) recordEvent(kind, array string, epoch uint64, msg string) {
+	if n.st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := n.st.AppendEvent(ctx, store.Event{Kind: kind, Array: array, Node: n.me.Name, Epoch: epoch, Message: msg}); err != nil {
+		n.log.Debug("event not recorded", "kind", kind, "array", array, "err", err)
+	}
+}
+
+// retryFailed re-assembles the failed arrays this node owns, so that an
+// array comes back on its own once enough members return. It skips an
+// array whose task lock is busy (an action is running on it).
+func (n *Node) retryFailed(ctx context.Context) {
+	for _, s := range n.arrayList {
+		if !s.arrayFailed() || n.isFenced() || !s.mu.TryLock() {
+			continue
+		}
+		func() {
+			defer s.mu.Unlock()
+			epoch := s.epoch
+			if epoch == 0 || !s.arrayFailed() {
+				return
+			}
+			if own, err := n.ownsAt(ctx, s.cfg.Name, epoch); err != nil {
+				if n.newerOwner(own, epoch) {
+					s.clearFailed()
+					s.stopLocked(true)
+				}
+				return
+			}
+			why := s.failReason()
+			if err := s.assembleLocked(ctx, epoch, nil); err != nil {
+				n.log.Info("failed array: not enough members back yet", "array", s.cfg.Name, "epoch", epoch, "err", err)
+				return
+			}
+			n.log.Info("failed array re-assembled: members returned", "array", s.cfg.Name, "epoch", epoch)
+			n.sendReport(report{Kind: "assembled", Array: s.cfg.Name, Epoch: epoch})
+			n.recordEvent("array-recovered", s.cfg.Name, epoch, "re-assembled from its members after: "+why)
+		}()
+	}
 }

@@ -69,6 +69,10 @@ func (r report) event() (cluster.Event, error) {
 		return cluster.UndrainRequested{Node: r.Node}, nil
 	case "failback":
 		return cluster.FailbackRequested{Array: r.Array}, nil
+	case "array-failed":
+		return cluster.ArrayFailed{Array: r.Array, Node: r.Node, Epoch: r.Epoch, Reason: r.Reason}, nil
+	case "repair-failed":
+		return cluster.RepairFailed{Array: r.Array, Member: r.Member, Epoch: r.Epoch, Reason: r.Reason}, nil
 	case "drive-replaced":
 		return cluster.DriveReplaced{Drive: r.Member}, nil
 	case "returned":
@@ -196,7 +200,7 @@ func (n *Node) perform(ctx context.Context, t task) {
 	case "release":
 		var a cluster.Release
 		if err = json.Unmarshal(t.Action, &a); err == nil {
-			n.doRelease(a)
+			n.doRelease(ctx, a)
 		}
 	case "setana":
 		var a cluster.SetANA
@@ -206,12 +210,17 @@ func (n *Node) perform(ctx context.Context, t task) {
 	case "resync", "rebuild":
 		var a cluster.Resync
 		if err = json.Unmarshal(t.Action, &a); err == nil {
-			n.doRepair(ctx, a.Array, a.Member, t.Kind == "rebuild")
+			n.doRepair(ctx, a, t.Kind == "rebuild")
 		}
 	case "failmember":
 		var a failMember
 		if err = json.Unmarshal(t.Action, &a); err == nil {
-			n.doFailMember(a)
+			n.doFailMember(ctx, a)
+		}
+	case "scrubarray":
+		var a scrubArray
+		if err = json.Unmarshal(t.Action, &a); err == nil {
+			n.doScrub(ctx, a)
 		}
 	case "selffence":
 		n.selfFence("the coordinator says this node lost its lease")
