@@ -447,6 +447,8 @@ func (s *sim) run(cmd string, args []string) (string, error) {
 		s.partitioned[pos[0]] = true
 	case "return", "heal":
 		err = s.revive(pos[0])
+	case "expire": // the store expired the node's lease (the coordinator's view; no LeaseTicks needed)
+		err = s.step(LeaseExpired{Node: pos[0]})
 	case "report-returned": // the node's daemon reports it serves nothing (it fenced itself and re-registered)
 		err = s.step(NodeReturned{Node: pos[0]})
 	case "suspect":
