@@ -27,7 +27,48 @@ type member struct {
 	full     bool          // rebuilding: every stripe needs rebuilding
 	dirty    []bool        // rebuilding (delta): regions that need it
 	reason   string
+	// missed: rebuilding after a ReAdd in the same run of the array, the
+	// stripes it must catch up (it then replaces dirty).
+	missed *stripeSet
+	// since (RAID-5/6, failed from active): the stripes written since it
+	// failed; a ReAdd of the same device takes it as missed.
+	since *stripeSet
+	// withArray: failed when or after the array failed (no write was
+	// acknowledged after it left), so its data is as current as the
+	// survivors'; recorded as roleDown with downAt, the event counter of
+	// its last superblock, so that Assemble can take it back.
+	withArray bool
+	downAt    uint64
 }
+
+// needs reports whether rebuilding member m must still rebuild stripe s
+// (ignoring the recovery position).
+func (m *member) needs(s, regionStripes int64) bool {
+	if m.full {
+		return true
+	}
+	if m.missed != nil {
+		return m.missed.get(s)
+	}
+	return m.dirty[s/regionStripes]
+}
+
+// stripeSet is a set of stripes, safe for concurrent use.
+type stripeSet struct{ w []atomic.Uint64 }
+
+func newStripeSet(n int64) *stripeSet { return &stripeSet{w: make([]atomic.Uint64, (n+63)/64)} }
+
+func (x *stripeSet) set(s int64) {
+	w := &x.w[s/64]
+	for {
+		o := w.Load()
+		if o&(1<<(s%64)) != 0 || w.CompareAndSwap(o, o|1<<(s%64)) {
+			return
+		}
+	}
+}
+
+func (x *stripeSet) get(s int64) bool { return x.w[s/64].Load()&(1<<(s%64)) != 0 }
 
 // Array is a RAID array over blockdev members. It implements
 // blockdev.Device and blockdev.FUAWriter.
@@ -45,6 +86,7 @@ type Array struct {
 	mu        sync.Mutex // guards the superblock template and state changes
 	sbt       superblock
 	dead      atomic.Bool
+	deadWhy   atomic.Pointer[string] // why the array failed (members and reasons)
 	stopped   atomic.Bool
 	fenced    atomic.Bool
 	dirtyOnSB atomic.Bool // the superblocks say "not clean"
@@ -273,7 +315,7 @@ func (a *Array) inSync(m *member, s int64) bool {
 		if s < m.recovery.Load() {
 			return true
 		}
-		return !m.full && !m.dirty[s/a.bm.regionStripes]
+		return !m.needs(s, a.bm.regionStripes)
 	}
 	return false
 }
@@ -332,10 +374,139 @@ func (a *Array) usable() error {
 		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), ErrStopped)
 	}
 	if a.dead.Load() {
-		return fmt.Errorf("raid %s: %d of %d members failed, %s tolerates %d: %w", fmtUUID(a.uuid),
-			a.failedRoles(), a.geo.Members, a.geo.Level, a.geo.Level.redundancy(a.geo.Members), ErrTooManyFailed)
+		why := "too many members failed"
+		if p := a.deadWhy.Load(); p != nil {
+			why = *p
+		}
+		return fmt.Errorf("raid %s failed: %s: %w", fmtUUID(a.uuid), why, ErrTooManyFailed)
 	}
 	return nil
+}
+
+// goneText describes the failed and missing members and the level's
+// tolerance, e.g. "members 1 (read: ...) and 3 (missing at assembly)
+// failed, 2 of 4; raid5 tolerates 1". Caller holds a.mu.
+func (a *Array) goneTextLocked() string {
+	var parts []string
+	for r := range a.members {
+		m := a.member(r)
+		switch {
+		case m == nil:
+			parts = append(parts, fmt.Sprintf("%d (missing)", r))
+		case uint8(m.state.Load()) == roleFailed || uint8(m.state.Load()) == roleEmpty:
+			parts = append(parts, fmt.Sprintf("%d (%s)", r, m.reason))
+		}
+	}
+	noun := "member"
+	if len(parts) != 1 {
+		noun = "members"
+	}
+	list := strings.Join(parts, ", ")
+	if k := strings.LastIndex(list, ", "); k >= 0 {
+		list = list[:k] + " and " + list[k+2:]
+	}
+	return fmt.Sprintf("%s %s failed, %d of %d; %s tolerates %d failed member(s)", noun, list, len(parts), a.geo.Members,
+		a.geo.Level, a.geo.Level.redundancy(a.geo.Members))
+}
+
+// memberText describes role r for an error about one stripe. Caller
+// holds a.mu or accepts a racy reason.
+func (a *Array) memberTextLocked(r int, s int64) string {
+	m := a.member(r)
+	if m == nil {
+		return fmt.Sprintf("member %d (missing)", r)
+	}
+	switch uint8(m.state.Load()) {
+	case roleRebuilding:
+		if m.full {
+			return fmt.Sprintf("member %d (rebuilding, stripe not yet rebuilt)", r)
+		}
+		return fmt.Sprintf("member %d (delta resync, stripe not yet resynced)", r)
+	case roleActive:
+		return fmt.Sprintf("member %d (active)", r)
+	}
+	return fmt.Sprintf("member %d (failed: %s)", r, m.reason)
+}
+
+// outOfSync lists the roles that hold no valid chunk of stripe s.
+func (a *Array) outOfSync(s int64) []int {
+	var out []int
+	for r := range a.members {
+		if !a.inSync(a.member(r), s) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// stripeLost reports whether stripe s lacks data: more of its chunks
+// are out of sync than the level can reconstruct.
+func (a *Array) stripeLost(s int64) bool {
+	if a.geo.Level == RAID1 || a.geo.Level == RAID0 {
+		return false // decided per request by the callers
+	}
+	c := 0
+	for r := range a.members {
+		if !a.inSync(a.member(r), s) {
+			c++
+		}
+	}
+	return c > a.geo.ParityDisks
+}
+
+// unavailable is the error of I/O to stripe s when the stripe lacks
+// data while the array as a whole has not failed.
+func (a *Array) unavailable(s int64) error {
+	if err := a.usable(); err != nil {
+		return err
+	}
+	roles := a.outOfSync(s)
+	a.mu.Lock()
+	var parts []string
+	for _, r := range roles {
+		parts = append(parts, a.memberTextLocked(r, s))
+	}
+	a.mu.Unlock()
+	lo := s * a.geo.StripeSize
+	return fmt.Errorf("raid %s: stripe %d (array bytes [%d, %d)): no valid chunk on %s; %s reconstructs at most %d: %w: %w",
+		fmtUUID(a.uuid), s, lo, lo+a.geo.StripeSize, strings.Join(parts, " and "), a.geo.Level, a.geo.ParityDisks, ErrUnavailable, blockdev.ErrIO)
+}
+
+// unavailableStripes counts the stripes that lack data now.
+func (a *Array) unavailableStripes() int64 {
+	if a.geo.Level != RAID5 && a.geo.Level != RAID6 || a.dead.Load() {
+		return 0
+	}
+	np := a.geo.ParityDisks
+	if a.notActive() <= np {
+		return 0
+	}
+	rs := a.bm.regionStripes
+	var n int64
+	for r0 := int64(0); r0 < a.geo.Stripes; r0 += rs {
+		r1 := min(r0+rs, a.geo.Stripes)
+		// Members that may be out of sync somewhere in the region.
+		maybe := 0
+		for r := range a.members {
+			m := a.member(r)
+			if m == nil || !present(m) {
+				maybe++
+				continue
+			}
+			if uint8(m.state.Load()) == roleRebuilding && r1 > m.recovery.Load() && (m.full || m.missed != nil || m.dirty[r0/rs]) {
+				maybe++
+			}
+		}
+		if maybe <= np {
+			continue
+		}
+		for s := r0; s < r1; s++ {
+			if a.stripeLost(s) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func (a *Array) failedRoles() int {
@@ -366,16 +537,21 @@ func (a *Array) memberErr(m *member, op string, err error) error {
 	return errGone
 }
 
-// call runs one member request with the retry and timeout policy.
+// call runs one member request that uses no buffer (a flush) with the
+// retry and timeout policy. At the deadline the member is failed and call
+// returns; the request may go on in its goroutine, touching nothing of
+// the caller's.
 func (a *Array) call(m *member, op string, f func() error) error {
 	var err error
 	for attempt := 0; ; attempt++ {
 		if a.pol.IOTimeout > 0 {
 			done := make(chan error, 1)
 			go func() { done <- f() }()
+			t := time.NewTimer(a.pol.IOTimeout)
 			select {
 			case err = <-done:
-			case <-time.After(a.pol.IOTimeout):
+				t.Stop()
+			case <-t.C:
 				err = fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
 			}
 		} else {
@@ -391,56 +567,187 @@ func (a *Array) call(m *member, op string, f func() error) error {
 	return a.memberErr(m, op, err)
 }
 
-func (a *Array) mread(m *member, p []byte, off int64) error {
-	return a.call(m, "read", func() error { _, err := m.dev.ReadAt(p, off); return err })
+// timedReq is one member request with a deadline that runs on a buffer of
+// its own (see callBuf).
+type timedReq struct {
+	state atomic.Int32 // reqRunning, reqAbandoned, reqEnded
+	done  chan error
+	buf   []byte
 }
 
-func (a *Array) mwrite(m *member, p []byte, off int64, fua bool) error {
-	return a.call(m, "write", func() error {
+const (
+	reqRunning int32 = iota
+	reqAbandoned
+	reqEnded
+)
+
+// callBuf runs one member read or write of p at off with the retry and
+// timeout policy.
+//
+// Buffer lifetime: a buffer handed to a member request is given back to
+// its owner (the caller of ReadAt/WriteAt, or the scratch pool) only
+// after the request has returned, never on a timer alone: a late
+// completion (a C2HData arriving after the deadline) would otherwise
+// write into memory that belongs to another request by then. Without a
+// timeout the request runs on p and returns before callBuf does. With
+// one, it runs on a pooled buffer of its own (one copy); at the deadline
+// the member is failed at once and callBuf returns, and the request's
+// goroutine owns that buffer from then on and returns it to the pool
+// when the request ends.
+func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua bool) error {
+	do := func(b []byte) error {
+		if !write {
+			_, err := m.dev.ReadAt(b, off)
+			return err
+		}
 		if fua {
 			if f, ok := m.dev.(blockdev.FUAWriter); ok {
-				_, err := f.WriteAtFUA(p, off)
+				_, err := f.WriteAtFUA(b, off)
 				return err
 			}
-			if _, err := m.dev.WriteAt(p, off); err != nil {
+			if _, err := m.dev.WriteAt(b, off); err != nil {
 				return err
 			}
 			return m.dev.Flush()
 		}
-		_, err := m.dev.WriteAt(p, off)
+		_, err := m.dev.WriteAt(b, off)
 		return err
-	})
+	}
+	var err error
+	for attempt := 0; ; attempt++ {
+		if a.pol.IOTimeout > 0 {
+			err = a.timed(p, write, do)
+		} else {
+			err = do(p)
+		}
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, blockdev.ErrFenced) || errors.Is(err, blockdev.ErrTimeout) || attempt >= a.pol.Retries {
+			break
+		}
+	}
+	return a.memberErr(m, op, err)
+}
+
+// timed runs do on a private copy of p under the I/O timeout.
+func (a *Array) timed(p []byte, write bool, do func([]byte) error) error {
+	r := &timedReq{done: make(chan error, 1), buf: getBuf(int64(len(p)))}
+	if write {
+		copy(r.buf, p)
+	}
+	go func() {
+		err := do(r.buf)
+		if r.state.CompareAndSwap(reqRunning, reqEnded) {
+			r.done <- err
+			return
+		}
+		// Abandoned at the deadline: nobody else holds the buffer.
+		putBuf(r.buf)
+	}()
+	t := time.NewTimer(a.pol.IOTimeout)
+	select {
+	case err := <-r.done:
+		t.Stop()
+		return a.finish(r, p, write, err)
+	case <-t.C:
+		if r.state.CompareAndSwap(reqRunning, reqAbandoned) {
+			return fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
+		}
+		// It ended just now.
+		return a.finish(r, p, write, <-r.done)
+	}
+}
+
+func (a *Array) finish(r *timedReq, p []byte, write bool, err error) error {
+	if err == nil && !write {
+		copy(p, r.buf)
+	}
+	putBuf(r.buf)
+	return err
+}
+
+func (a *Array) mread(m *member, p []byte, off int64) error {
+	return a.callBuf(m, "read", p, off, false, false)
+}
+
+func (a *Array) mwrite(m *member, p []byte, off int64, fua bool) error {
+	return a.callBuf(m, "write", p, off, true, fua)
 }
 
 // fail marks m failed and records it on the other members' superblocks
 // before returning, so that m can never be assembled as current again.
-func (a *Array) fail(m *member, reason string) {
+// It returns the error that stops the array (fenced, stopped, failed,
+// superblocks not writable), or nil when the array runs on degraded.
+func (a *Array) fail(m *member, reason string) error {
 	a.mu.Lock()
-	st := uint8(m.state.Load())
-	if st == roleFailed || a.member(m.role) != m {
+	if !a.markFailedLocked(m, reason) {
 		a.mu.Unlock()
-		return
+		return nil
 	}
-	m.state.Store(uint32(roleFailed))
-	m.reason = reason
 	a.mu.Unlock()
 	a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", reason)
 	a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: reason})
-	if a.notActive() > a.geo.Level.redundancy(a.geo.Members) {
-		if !a.dead.Swap(true) {
-			a.log.Error("raid array failed: too many members lost", "uuid", fmtUUID(a.uuid))
-			a.emit(Event{Kind: ArrayFailed, Member: -1, Reason: reason})
-		}
-	} else {
+	if !a.checkDead() {
 		a.emit(Event{Kind: Degraded, Member: m.role, Reason: reason})
+		if n := a.unavailableStripes(); n > 0 {
+			why := fmt.Sprintf("member %d failed (%s) while other members are rebuilding: %d stripes lack data until a member returns", m.role, reason, n)
+			a.log.Error("raid stripes unavailable", "uuid", fmtUUID(a.uuid), "stripes", n, "reason", why)
+			a.emit(Event{Kind: StripesUnavailable, Member: m.role, Count: n, Reason: why})
+		}
 	}
 	// Make every completed write durable on the survivors before the
 	// array runs degraded: from now on a missing chunk exists only as
 	// parity, and parity and data must not diverge in a later crash.
-	a.flushMembers()
-	if err := a.writeSuperblocks(); err != nil {
-		a.log.Warn("raid superblock update after member failure", "err", err)
+	if err := a.flushMembers(); err != nil && (a.fenced.Load() || a.stopped.Load()) {
+		// Another node owns the members now (or the array stopped):
+		// write nothing more, not even a superblock.
+		return err
 	}
+	if err := a.writeSuperblocks(); err != nil {
+		a.log.Warn("raid superblock update after member failure", "uuid", fmtUUID(a.uuid), "member", m.role, "err", err)
+		return err
+	}
+	return a.usable()
+}
+
+// markFailedLocked marks m failed (caller holds a.mu); false when it
+// was failed already or no longer holds its role.
+func (a *Array) markFailedLocked(m *member, reason string) bool {
+	st := uint8(m.state.Load())
+	if st == roleFailed || a.member(m.role) != m {
+		return false
+	}
+	m.reason = reason
+	m.downAt = a.sbt.Events
+	if (a.geo.Level == RAID5 || a.geo.Level == RAID6) && st == roleActive {
+		m.since = newStripeSet(a.geo.Stripes) // before the state: writers look at it once they see "failed"
+	}
+	m.state.Store(uint32(roleFailed))
+	// The array fails with this member, or failed before it: nothing was
+	// acknowledged after it left, so its data is as current as the
+	// survivors'.
+	m.withArray = st == roleActive && (a.dead.Load() || a.failedRoles() > a.geo.Level.redundancy(a.geo.Members))
+	return true
+}
+
+// checkDead fails the array when more members are gone (failed or
+// missing; a rebuilding member is present) than the level tolerates. It
+// reports whether the array is failed.
+func (a *Array) checkDead() bool {
+	a.mu.Lock()
+	if a.failedRoles() <= a.geo.Level.redundancy(a.geo.Members) {
+		a.mu.Unlock()
+		return a.dead.Load()
+	}
+	why := a.goneTextLocked() + ": re-assemble the array when enough members return"
+	a.deadWhy.Store(&why)
+	a.mu.Unlock()
+	if !a.dead.Swap(true) {
+		a.log.Error("raid array failed: too many members lost", "uuid", fmtUUID(a.uuid), "reason", why)
+		a.emit(Event{Kind: ArrayFailed, Member: -1, Reason: why})
+	}
+	return true
 }
 
 // writeSuperblocks bumps the event counter and writes the superblock to
@@ -464,6 +771,9 @@ func (a *Array) writeSuperblocks() error {
 			base.RoleState[r] = st
 			if st == roleEmpty {
 				base.RoleState[r] = roleFailed
+			}
+			if st == roleFailed && m.withArray {
+				base.RoleState[r], base.Recovery[r] = roleDown, m.downAt
 			}
 			if st == roleRebuilding {
 				base.Recovery[r] = uint64(m.recovery.Load())
@@ -498,17 +808,20 @@ func (a *Array) writeSuperblocks() error {
 		if len(failed) == 0 {
 			return nil
 		}
+		var newly []*member
 		a.mu.Lock()
 		for _, m := range failed {
-			if uint8(m.state.Load()) != roleFailed {
-				m.state.Store(uint32(roleFailed))
-				m.reason = "superblock write failed"
-				a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: m.reason})
+			if a.markFailedLocked(m, "superblock write failed") {
+				newly = append(newly, m)
 			}
 		}
 		a.mu.Unlock()
-		if a.notActive() > a.geo.Level.redundancy(a.geo.Members) && !a.dead.Swap(true) {
-			a.emit(Event{Kind: ArrayFailed, Member: -1, Reason: "superblock writes failed"})
+		for _, m := range newly {
+			a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", m.reason)
+			a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: "superblock write failed"})
+		}
+		if !a.checkDead() && len(newly) > 0 {
+			a.emit(Event{Kind: Degraded, Member: newly[0].role, Reason: "superblock write failed"})
 		}
 	}
 	return fmt.Errorf("raid %s: superblock could not be written to enough members: %w", fmtUUID(a.uuid), ErrTooManyFailed)
@@ -583,7 +896,9 @@ func (a *Array) Close() error {
 	var err error
 	if a.usable() == nil {
 		if err = a.flushMembers(); err == nil {
-			a.bm.sweep(true)
+			if serr := a.bm.sweep(true); serr != nil {
+				a.log.Warn("raid close: clearing write-intent bits", "uuid", fmtUUID(a.uuid), "err", serr)
+			}
 			a.mu.Lock()
 			if !a.degraded() && !a.bg.pendingWork() {
 				a.sbt.Flags |= flagClean
@@ -615,6 +930,9 @@ type MemberStatus struct {
 	State    string // active, failed, rebuilding, missing
 	Reason   string
 	Recovery int64 // rebuilding: stripes done
+	// WithArray: failed when or after the array failed, so no write was
+	// acknowledged after it left: a re-Assemble takes it back as active.
+	WithArray bool
 }
 
 // Status is a snapshot of the array.
@@ -628,6 +946,28 @@ type Status struct {
 	Dirty    int64 // bitmap regions marked dirty
 	Task     string
 	Progress Event
+	// Reason says why State is not optimal: for failed, which members
+	// failed and why, and what brings the array back.
+	Reason string
+	// Unavailable counts the stripes that lack data while the array as a
+	// whole runs (I/O to them fails with ErrUnavailable), e.g. a member
+	// under delta resync plus another failure on RAID-5.
+	Unavailable int64
+	// Scrub is the state and the findings of the current or last scrub.
+	Scrub ScrubStatus
+}
+
+// ScrubStatus describes the current or last scrub (StartScrub).
+type ScrubStatus struct {
+	Running    bool
+	Repair     bool      // the run repairs what it finds
+	Started    time.Time // zero: no scrub ran since the array started
+	Finished   time.Time // zero while running, or when it stopped early
+	Stripes    int64     // stripes checked
+	Mismatches int64     // stripes whose parity (or mirrors) did not match
+	Repaired   int64     // of those, repaired
+	Unreadable int64     // stripes that could not be read (a member failed)
+	Err        string    // why the run stopped early; "" when it completed
 }
 
 // Status reports the array's state.
@@ -643,6 +983,7 @@ func (a *Array) Status() Status {
 				ms.State = "active"
 			case roleFailed:
 				ms.State = "failed"
+				ms.WithArray = m.withArray
 			case roleRebuilding:
 				ms.State = "rebuilding"
 				ms.Recovery = m.recovery.Load()
@@ -651,21 +992,41 @@ func (a *Array) Status() Status {
 		}
 		s.Members = append(s.Members, ms)
 	}
+	var notes []string
+	for _, ms := range s.Members {
+		switch ms.State {
+		case "failed", "missing":
+			notes = append(notes, fmt.Sprintf("member %d %s (%s)", ms.Role, ms.State, ms.Reason))
+		case "rebuilding":
+			notes = append(notes, fmt.Sprintf("member %d rebuilding", ms.Role))
+		}
+	}
 	a.mu.Unlock()
 	switch {
 	case a.fenced.Load():
 		s.State = "fenced"
+		s.Reason = "another node owns the array now (a member refused a request as fenced)"
 	case a.stopped.Load():
 		s.State = "stopped"
+		s.Reason = "closed or aborted"
 	case a.dead.Load():
 		s.State = "failed"
+		if p := a.deadWhy.Load(); p != nil {
+			s.Reason = *p
+		}
 	case a.degraded():
 		s.State = "degraded"
+		s.Reason = strings.Join(notes, "; ")
 	default:
 		s.State = "optimal"
 	}
 	s.Dirty = a.bm.count()
 	s.Task, s.Progress = a.bg.current()
+	s.Unavailable = a.unavailableStripes()
+	if s.Unavailable > 0 {
+		s.Reason += fmt.Sprintf("; %d stripes lack data (their chunks are on failed members and on members not yet rebuilt there) until a member returns", s.Unavailable)
+	}
+	s.Scrub = a.bg.scrubStatus()
 	return s
 }
 
@@ -678,7 +1039,9 @@ func (a *Array) FailMember(index int, reason string) error {
 	if m == nil || !present(m) {
 		return nil
 	}
-	a.fail(m, reason)
+	if err := a.fail(m, reason); err != nil {
+		return err
+	}
 	return a.usable()
 }
 
@@ -697,6 +1060,9 @@ func (a *Array) ReAdd(index int, dev blockdev.Device) error {
 }
 
 func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
+	if a.dead.Load() && !a.fenced.Load() && !a.stopped.Load() {
+		return fmt.Errorf("%w; a failed array is not repaired member by member: stop it (Abort) and re-assemble it from all its members once enough are back (Assemble takes back the members that failed with the array and rejects the stale ones as ErrStale, which then come back by ReAdd)", a.usable())
+	}
 	if err := a.usable(); err != nil {
 		return err
 	}
@@ -737,14 +1103,36 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 			nm.full = false
 			nm.dirty = a.bm.snapshot()
 		}
+		// The same device that failed in this run of the array (its
+		// superblock is the one it had then): it missed exactly the
+		// stripes written since, which writers recorded. Taken below,
+		// with no stripe operation in flight.
+		if old != nil && old.since != nil && sb.RoleState[index] == roleActive && sb.Events <= old.downAt && sb.Events+1 >= old.downAt {
+			nm.full = false
+			nm.missed = old.since
+		}
 		if debugf != nil {
 			debugf("re-add %d: member events %d, cleared %d, full %v, dirty %v", index, sb.Events, cleared, nm.full, nm.dirty)
 		}
 	}
 	nm.state.Store(uint32(roleRebuilding))
+	if nm.missed != nil {
+		// A barrier: every write holds its stripe's lock from planning
+		// until it has recorded the stripe in the failed member's missed
+		// set, so once all locks are taken the set is complete, and
+		// later writes see the new member.
+		for i := range a.locks {
+			a.locks[i].Lock()
+		}
+	}
 	a.mu.Lock()
 	a.members[index].Store(nm)
 	a.mu.Unlock()
+	if nm.missed != nil {
+		for i := range a.locks {
+			a.locks[i].Unlock()
+		}
+	}
 	// Empty log, new bitmap and superblock on the member before it
 	// takes writes (its old log entries must never be replayed).
 	zero := blockdev.AlignedBuffer(metaBlock)
@@ -761,8 +1149,14 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 	if err := a.writeSuperblocks(); err != nil {
 		return err
 	}
-	a.log.Info("raid member added", "uuid", fmtUUID(a.uuid), "member", index, "full", nm.full)
+	a.log.Info("raid member added", "uuid", fmtUUID(a.uuid), "member", index, "full", nm.full, "stripes-missed", nm.missed != nil)
 	a.bg.enqueue(task{kind: taskRebuild, role: index})
+	// A rebuild that stopped on stripes lacking data may go on now.
+	for r := range a.members {
+		if m := a.member(r); r != index && m != nil && uint8(m.state.Load()) == roleRebuilding {
+			a.bg.enqueue(task{kind: taskRebuild, role: r})
+		}
+	}
 	return nil
 }
 

@@ -82,6 +82,16 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 		return nil, rejected, fmt.Errorf("array %s was assembled under epoch %d, caller holds %d: %w", fmtUUID(ref.ArrayUUID), ref.Epoch, opts.Epoch, ErrStaleEpoch)
 	}
 	g := geometryFromSB(ref)
+	var refDev blockdev.Device
+	for _, c := range cands {
+		if c.sb == ref {
+			refDev = c.dev
+		}
+	}
+	if need := int64(ref.DataOffset) + int64(ref.Stripes)*int64(ref.ChunkSize); refDev.Size() < need {
+		return nil, rejected, &AssembleError{Err: fmt.Errorf("array %s: the newest superblock describes %d bytes per member, its device has %d: %w",
+			fmtUUID(ref.ArrayUUID), need, refDev.Size(), ErrMismatch), Rejected: rejected}
+	}
 	byRole := make([]*cand, g.Members)
 	for i := range cands {
 		c := &cands[i]
@@ -105,8 +115,20 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 			rej(fmt.Sprintf("marked failed in the array's superblock (member event %d, array event %d); use ReAdd", c.sb.Events, ref.Events), ErrStale)
 			continue
 		}
-		if c.sb.Events+1 < ref.Events {
+		if ref.RoleState[r] == roleDown {
+			// It failed with the array: nothing was acknowledged after
+			// it left, so it is current if its own superblock is the
+			// one it had then.
+			if at := ref.Recovery[r]; c.sb.Events+1 < at || c.sb.RoleState[r] != roleActive {
+				rej(fmt.Sprintf("failed with the array at event %d, but its own superblock is at event %d (state %d): stale; use ReAdd", at, c.sb.Events, c.sb.RoleState[r]), ErrStale)
+				continue
+			}
+		} else if c.sb.Events+1 < ref.Events {
 			rej(fmt.Sprintf("stale: event counter %d, array is at %d; use ReAdd", c.sb.Events, ref.Events), ErrStale)
+			continue
+		}
+		if need := int64(c.sb.DataOffset) + int64(c.sb.Stripes)*int64(c.sb.ChunkSize); c.dev.Size() < need {
+			rej(fmt.Sprintf("device of %d bytes is smaller than the %d bytes its superblock describes", c.dev.Size(), need), ErrMismatch)
 			continue
 		}
 		if byRole[r] != nil {
@@ -136,6 +158,11 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 		} else {
 			m.dev = c.dev
 			st := ref.RoleState[r]
+			if st == roleDown {
+				st = roleActive
+				a.log.Info("raid member taken back: it failed with the array, its data is current", "uuid", fmtUUID(ref.ArrayUUID), "member", r,
+					"member-event", c.sb.Events, "down-at", ref.Recovery[r])
+			}
 			m.state.Store(uint32(st))
 			if st == roleRebuilding {
 				m.full = ref.RoleFull[r] != 0
@@ -148,7 +175,7 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 	for _, rj := range rejected {
 		a.emit(Event{Kind: MemberRejected, Member: rj.Role, Reason: rj.Reason})
 	}
-	if a.notActive() > g.Level.redundancy(g.Members) {
+	if a.failedRoles() > g.Level.redundancy(g.Members) {
 		return nil, rejected, &AssembleError{Err: fmt.Errorf("array %s: %d of %d members usable, %s needs %d: %w", fmtUUID(ref.ArrayUUID),
 			g.Members-a.failedRoles(), g.Members, g.Level, g.Members-g.Level.redundancy(g.Members), ErrTooManyFailed), Rejected: rejected}
 	}

@@ -38,6 +38,19 @@ type background struct {
 	done    chan struct{}
 	cur     string
 	prog    Event
+	scrub   ScrubStatus
+}
+
+func (b *background) scrubStatus() ScrubStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.scrub
+}
+
+func (b *background) scrubUpdate(f func(*ScrubStatus)) {
+	b.mu.Lock()
+	f(&b.scrub)
+	b.mu.Unlock()
 }
 
 func newBackground(a *Array) *background {
@@ -219,7 +232,24 @@ func (a *Array) runTask(t task) {
 	}
 	if err != nil && !a.bg.stopping() {
 		a.log.Warn("raid background task ended with an error", "uuid", fmtUUID(a.uuid), "task", t.kind, "err", err)
+		role := -1
+		if t.kind == taskRebuild {
+			role = t.role
+		}
+		a.emit(Event{Kind: TaskFailed, Member: role, Reason: fmt.Sprintf("%s: %v", t.kind, err)})
 	}
+}
+
+func (k taskKind) String() string {
+	switch k {
+	case taskResync:
+		return "resync"
+	case taskRebuild:
+		return "rebuild"
+	case taskScrub:
+		return "scrub"
+	}
+	return fmt.Sprintf("task(%d)", int(k))
 }
 
 // resync makes the parity (or mirrors) of every dirty bitmap region agree
@@ -267,7 +297,9 @@ func (a *Array) resync() error {
 	if err := a.flushMembers(); err != nil {
 		return err
 	}
-	a.bm.sweep(true)
+	if err := a.bm.sweep(true); err != nil {
+		return err
+	}
 	e := p.event()
 	e.Kind = ResyncDone
 	a.emit(e)
@@ -293,7 +325,7 @@ func (a *Array) rebuild(role int) error {
 	rs := a.bm.regionStripes
 	var total int64
 	for s := m.recovery.Load(); s < a.geo.Stripes; s++ {
-		if m.full || m.dirty[s/rs] {
+		if m.needs(s, rs) {
 			total += a.geo.ChunkSize
 		}
 	}
@@ -309,7 +341,7 @@ func (a *Array) rebuild(role int) error {
 		if uint8(m.state.Load()) != roleRebuilding {
 			return fmt.Errorf("member %d failed during its rebuild: %w", role, ErrDegraded)
 		}
-		if !m.full && !m.dirty[s/rs] {
+		if !m.needs(s, rs) {
 			m.recovery.Store(s + 1)
 			continue
 		}
@@ -333,9 +365,14 @@ func (a *Array) rebuild(role int) error {
 		}
 		if p.step(a.geo.ChunkSize) {
 			// Checkpoint: what is below recovery is durable, on this
-			// member and on the others it was computed from.
-			if err := a.flushMembers(); err == nil {
-				a.writeSuperblocks()
+			// member and on the others it was computed from. A member
+			// whose flush or superblock write fails is failed there;
+			// an error that stops the array ends the rebuild.
+			if err := a.flushMembers(); err != nil {
+				return fmt.Errorf("member %d rebuild checkpoint at stripe %d: flush: %w", role, s, err)
+			}
+			if err := a.writeSuperblocks(); err != nil {
+				return fmt.Errorf("member %d rebuild checkpoint at stripe %d: superblock: %w", role, s, err)
 			}
 		}
 	}
@@ -399,6 +436,10 @@ func (a *Array) rebuildStripe(m *member, s int64) error {
 			shards[x] = blockdev.AlignedBuffer(int(C))
 			reads = append(reads, mop{m: src, buf: shards[x], off: a.moff(s, 0)})
 		}
+	}
+	if len(reads) < nd {
+		// Waits for a member to return (ReAdd restarts this rebuild).
+		return fmt.Errorf("member %d rebuild stopped: %w", m.role, a.unavailable(s))
 	}
 	if err := a.run(reads); err != nil {
 		return err
@@ -546,10 +587,20 @@ func (a *Array) StartScrub(repair bool) error {
 	return nil
 }
 
-func (a *Array) scrub(repair bool) (int64, error) {
+func (a *Array) scrub(repair bool) (bad int64, err error) {
 	p := a.newProgress(ScrubProgress, "scrub", -1, a.geo.Stripes*a.geo.ChunkSize)
+	a.bg.scrubUpdate(func(st *ScrubStatus) { *st = ScrubStatus{Running: true, Repair: repair, Started: a.clock.Now()} })
+	defer func() {
+		a.bg.scrubUpdate(func(st *ScrubStatus) {
+			st.Running = false
+			if err != nil {
+				st.Err = err.Error()
+			} else {
+				st.Finished = a.clock.Now()
+			}
+		})
+	}()
 	a.emit(Event{Kind: ScrubStarted, Member: -1, Total: p.total})
-	var bad int64
 	for s := int64(0); s < a.geo.Stripes; s++ {
 		if a.bg.stopping() {
 			return bad, ErrStopped
@@ -558,14 +609,26 @@ func (a *Array) scrub(repair bool) (int64, error) {
 			return bad, err
 		}
 		if a.degraded() {
-			return bad, fmt.Errorf("scrub interrupted: %w", ErrDegraded)
+			return bad, fmt.Errorf("scrub interrupted at stripe %d: %w", s, ErrDegraded)
 		}
 		a.lockStripe(s)
 		mismatch, repaired, err := a.syncStripe(s, repair, true)
 		a.unlockStripe(s)
-		if err != nil && !errors.Is(err, errGone) {
-			return bad, err
+		if err != nil {
+			a.bg.scrubUpdate(func(st *ScrubStatus) { st.Unreadable++ })
+			if !errors.Is(err, errGone) {
+				return bad, err
+			}
 		}
+		a.bg.scrubUpdate(func(st *ScrubStatus) {
+			st.Stripes++
+			if mismatch {
+				st.Mismatches++
+			}
+			if repaired {
+				st.Repaired++
+			}
+		})
 		if mismatch {
 			bad++
 			a.emit(Event{Kind: ScrubMismatch, Member: -1, Stripe: s, Repaired: repaired})

@@ -96,10 +96,11 @@ func (b *bitmap) end(s0, s1 int64) {
 // sweep clears the bits of idle regions after the members were flushed
 // (the caller flushes). It clears only when the array is optimal; with
 // force it clears every idle region, otherwise only those not written
-// since the previous sweep.
-func (b *bitmap) sweep(force bool) {
+// since the previous sweep. A member whose write fails is failed (the
+// bits it keeps set only cost resync work); the error is returned.
+func (b *bitmap) sweep(force bool) error {
 	if b.a.degraded() || b.a.bg.pendingWork() {
-		return
+		return nil
 	}
 	b.mu.Lock()
 	changed := map[int64]bool{}
@@ -124,7 +125,7 @@ func (b *bitmap) sweep(force bool) {
 	}
 	if len(writes) == 0 {
 		b.mu.Unlock()
-		return
+		return nil
 	}
 	if debugf != nil {
 		debugf("bitmap: sweep(force=%v) clears, now %v", force, b.bits[:2])
@@ -134,7 +135,7 @@ func (b *bitmap) sweep(force bool) {
 	b.a.mu.Unlock()
 	// Written under b.mu: a concurrent start must not persist a new bit
 	// that this older copy of the block would then overwrite.
-	b.a.each(func(m *member) error {
+	errs := b.a.each(func(m *member) error {
 		for _, w := range writes {
 			if err := b.a.mwrite(m, w.p, bitmapOffset+w.blk*metaBlock, false); err != nil {
 				return err
@@ -143,6 +144,20 @@ func (b *bitmap) sweep(force bool) {
 		return nil
 	})
 	b.mu.Unlock()
+	for r, e := range errs {
+		if e == nil {
+			continue
+		}
+		if err := b.a.usable(); err != nil {
+			return fmt.Errorf("clearing write-intent bits: %w", err)
+		}
+		b.a.mu.Lock()
+		why := b.a.members[r].Load().reason
+		b.a.mu.Unlock()
+		return fmt.Errorf("raid %s: clearing write-intent bits on member %d failed it (%s); the array runs degraded: %w",
+			fmtUUID(b.a.uuid), r, why, e)
+	}
+	return nil
 }
 
 // Sweep clears the write-intent bits of regions that saw no writes since
@@ -153,8 +168,7 @@ func (a *Array) Sweep() error {
 	if err := a.flushMembers(); err != nil {
 		return err
 	}
-	a.bm.sweep(false)
-	return nil
+	return a.bm.sweep(false)
 }
 
 func (b *bitmap) count() int64 {

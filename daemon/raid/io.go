@@ -364,7 +364,7 @@ func (a *Array) readSpanLocked(sp span) error {
 			}
 		}
 		if have < nd {
-			return fmt.Errorf("raid %s: stripe %d: %d of %d chunks readable, need %d: %w", fmtUUID(a.uuid), sp.s, have, nd+np, nd, ErrTooManyFailed)
+			return a.unavailable(sp.s)
 		}
 		if err := a.run(ops); err != nil {
 			return err
@@ -594,6 +594,15 @@ func (a *Array) writeFullBatch(sps []span, fua bool) (bool, error) {
 	for _, sp := range sps {
 		a.jl.wrote(sp.s)
 	}
+	if err != nil {
+		for r := range a.members {
+			if m := a.member(r); m != nil && m.since != nil && uint8(m.state.Load()) == roleFailed {
+				for _, sp := range sps {
+					m.since.set(sp.s)
+				}
+			}
+		}
+	}
 	if errors.Is(err, errGone) {
 		err = a.flushMembers()
 	}
@@ -677,8 +686,11 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 		}
 	}
 	if missingData+(np-presentParity) > np {
-		return fmt.Errorf("raid %s: stripe %d: %d chunks missing, %s tolerates %d: %w", fmtUUID(a.uuid), s, missingData+np-presentParity, a.geo.Level, np, ErrTooManyFailed)
+		return a.unavailable(s)
 	}
+	// Whatever happens below, the members failed now or during the
+	// update missed this stripe (a ReAdd catches them up on it).
+	defer a.noteMissed(s, dm, pm)
 	parity := make([][]byte, np)
 	partial := make([][]byte, np)
 	var ops []mop
@@ -898,11 +910,28 @@ func (a *Array) writeSpanLocked(sp span, fua bool) error {
 		// stripe, but the log entry may lack the lost member's new
 		// data: make the survivors durable before anyone relies on it.
 		err = a.flushMembers()
+		if err == nil && a.stripeLost(s) {
+			// Not acknowledged: the stripe lacks data now (a member
+			// under resync and this one).
+			return a.unavailable(s)
+		}
 	}
 	if err != nil && !errors.Is(err, errGone) {
 		return err
 	}
 	return nil
+}
+
+// noteMissed records stripe s in the since-failure set of every member of
+// the stripe that is failed now (stripe lock held).
+func (a *Array) noteMissed(s int64, dm, pm []*member) {
+	for _, ms := range [2][]*member{dm, pm} {
+		for _, m := range ms {
+			if m != nil && m.since != nil && uint8(m.state.Load()) == roleFailed {
+				m.since.set(s)
+			}
+		}
+	}
 }
 
 // fragile reports whether a data member is being rebuilt: its chunks are

@@ -96,6 +96,13 @@ var (
 	// answers Namespace Not Ready (the host retries on another path) and
 	// not a media error.
 	ErrStopped = fmt.Errorf("array stopped: %w", blockdev.ErrClosed)
+	// ErrUnavailable: a stripe lacks data — more of its chunks are on
+	// failed members or on members not yet rebuilt there than the level
+	// reconstructs — while the array as a whole has not failed (a member
+	// under delta resync plus another failure on RAID-5). Errors of I/O
+	// to such a stripe wrap it and blockdev.ErrIO, and name the stripe
+	// and the members. The stripe comes back when a member returns.
+	ErrUnavailable = errors.New("stripe data unavailable")
 	// ErrBusy: a background operation of that kind is already running.
 	ErrBusy = errors.New("background operation already running")
 )
@@ -205,6 +212,13 @@ const (
 	LogReplayed
 	MemberRejected
 	Optimal
+	// StripesUnavailable: a member failure left Count stripes without
+	// enough in-sync chunks while the array as a whole still runs
+	// (reads and writes of those stripes fail with ErrUnavailable).
+	StripesUnavailable
+	// TaskFailed: a background task (rebuild, resync, scrub) ended with
+	// an error (Reason); Member is the rebuilt role or -1.
+	TaskFailed
 )
 
 var eventNames = map[EventKind]string{
@@ -213,6 +227,7 @@ var eventNames = map[EventKind]string{
 	ResyncStarted: "resync-started", ResyncProgress: "resync-progress", ResyncDone: "resync-done",
 	ScrubStarted: "scrub-started", ScrubProgress: "scrub-progress", ScrubMismatch: "scrub-mismatch", ScrubDone: "scrub-done",
 	LogReplayed: "log-replayed", MemberRejected: "member-rejected", Optimal: "optimal",
+	StripesUnavailable: "stripes-unavailable", TaskFailed: "task-failed",
 }
 
 func (k EventKind) String() string {

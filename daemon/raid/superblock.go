@@ -26,6 +26,11 @@ const (
 	roleActive     uint8 = 1
 	roleFailed     uint8 = 2
 	roleRebuilding uint8 = 3
+	// roleDown: failed when or after the array failed, so no write was
+	// acknowledged after it left; Recovery holds the event counter of its
+	// last superblock. Assemble takes it back as active when its own
+	// superblock is that recent.
+	roleDown uint8 = 4
 )
 
 // Superblock flags.
@@ -101,7 +106,47 @@ func unmarshalSB(p []byte) (*superblock, error) {
 	default:
 		return nil, fmt.Errorf("superblock level %d unknown: %w", sb.Level, ErrNoSuperblock)
 	}
+	if why := sb.checkLayout(); why != "" {
+		return nil, fmt.Errorf("superblock metadata layout out of range: %s: %w", why, ErrNoSuperblock)
+	}
 	return sb, nil
+}
+
+// maxStripes bounds a superblock's stripe count so that member offsets
+// fit an int64 (the device size check in Assemble bounds it further).
+const maxStripes = 1 << 40
+
+// checkLayout validates the metadata layout against the geometry before
+// anything is allocated from it (the bitmap is BitmapBytes long, the
+// in-memory region table has one entry per region): the bitmap must be
+// exactly what the stripe count needs, rounded to metadata blocks (with
+// the slack layout leaves), and bitmap, log and data area must follow
+// each other.
+func (sb *superblock) checkLayout() string {
+	if sb.Stripes < 1 || sb.Stripes > maxStripes {
+		return fmt.Sprintf("%d stripes, want 1 to %d", sb.Stripes, uint64(maxStripes))
+	}
+	if sb.DataOffset > 1<<50 {
+		return fmt.Sprintf("data offset %d is beyond any device", sb.DataOffset)
+	}
+	bytesFor := func(stripes uint64) uint64 {
+		regions := (stripes + sb.RegionStripes - 1) / sb.RegionStripes
+		return uint64(roundUp(int64((regions+7)/8), metaBlock))
+	}
+	// layout sizes the bitmap for a stripe count between the final one
+	// and what the whole member would hold (< DataOffset/chunk + Stripes + 1).
+	need, most := bytesFor(sb.Stripes), bytesFor(sb.DataOffset/sb.ChunkSize+sb.Stripes+1)
+	if sb.BitmapBytes < need || sb.BitmapBytes > most || sb.BitmapBytes%metaBlock != 0 {
+		return fmt.Sprintf("bitmap of %d bytes: %d stripes in regions of %d stripes need %d to %d bytes, a multiple of %d",
+			sb.BitmapBytes, sb.Stripes, sb.RegionStripes, need, most, metaBlock)
+	}
+	if sb.LogOffset != bitmapOffset+sb.BitmapBytes {
+		return fmt.Sprintf("log at %d, want right after the %d-byte bitmap at %d", sb.LogOffset, sb.BitmapBytes, bitmapOffset+sb.BitmapBytes)
+	}
+	if sb.LogOffset+uint64(sb.LogSlots)*uint64(sb.LogSlotSize) > sb.DataOffset {
+		return fmt.Sprintf("log of %d slots of %d bytes at %d overlaps the data area at %d", sb.LogSlots, sb.LogSlotSize, sb.LogOffset, sb.DataOffset)
+	}
+	return ""
 }
 
 // readSB returns the newer valid copy of a member's two superblock slots.
