@@ -325,7 +325,7 @@ func (e *env) run(ctx context.Context, r int, seed uint64) (RunResult, error) {
 	sch := Generate(seed, e.o.Kinds, e.site, e.o.Window)
 	rr := RunResult{Run: r, Seed: seed, Schedule: sch, Injected: map[string]int{}, Anomalies: map[string]int{}}
 	fmt.Fprint(e.o.Out, sch.String())
-	if _, bad, err := e.c.WaitHealthy(ctx, e.o.RecoverBound); err != nil {
+	if _, bad, err := e.waitHealthy(ctx, e.o.RecoverBound); err != nil {
 		return rr, fmt.Errorf("cluster not healthy before the run: %v: %w", bad, err)
 	}
 	// Each run checks a fresh region of every array, zeroed first.
@@ -384,7 +384,7 @@ func (e *env) run(ctx context.Context, r int, seed uint64) (RunResult, error) {
 		_ = e.c.Thaw(n)
 	}
 	rec.Note("every fault healed")
-	d, bad, werr := e.c.WaitHealthy(ctx, e.o.RecoverBound)
+	d, bad, werr := e.waitHealthy(ctx, e.o.RecoverBound)
 	rr.Recovered = d
 	if werr != nil {
 		rr.Stuck = bad
@@ -426,6 +426,46 @@ func (e *env) run(ctx context.Context, r int, seed uint64) (RunResult, error) {
 	}
 	rr.Elapsed = time.Since(start)
 	return rr, nil
+}
+
+// waitHealthy waits until every node answers and each one's view has
+// every array active and optimal, twice in a row (a node just thawed may
+// answer from its view before the freeze).
+func (e *env) waitHealthy(ctx context.Context, bound time.Duration) (time.Duration, []string, error) {
+	start := time.Now()
+	good := 0
+	var last []string
+	for {
+		ok := true
+		last = nil
+		for i := range e.cfg.Nodes {
+			n := &e.cfg.Nodes[i]
+			cl := api.NewClient("http://"+n.AdvertiseAddr(n.API), os.Getenv("TIER0_TOKEN"), e.http)
+			actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			as, err := cl.Arrays(actx)
+			cancel()
+			if err != nil {
+				ok = false
+				last = append(last, fmt.Sprintf("node %s: %v", n.Name, err))
+				continue
+			}
+			if h, bad := campaign.Healthy(as); !h || len(as) != len(e.names) {
+				ok = false
+				last = append(last, fmt.Sprintf("node %s sees %v", n.Name, bad))
+			}
+		}
+		if ok {
+			if good++; good >= 2 {
+				return time.Since(start), nil, nil
+			}
+		} else {
+			good = 0
+		}
+		if time.Since(start) > bound {
+			return time.Since(start), last, fmt.Errorf("after %v: %s: %w", bound, strings.Join(last, "; "), campaign.ErrStuck)
+		}
+		sleep(ctx, time.Second)
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {
