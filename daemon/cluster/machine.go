@@ -738,9 +738,12 @@ func (m *Machine) arrayFailed(e ArrayFailed) error {
 	if err != nil {
 		return err
 	}
-	if e.Node != a.owner || e.Epoch != a.epoch || a.phase == phaseIdle || a.phase == phaseFailed {
+	if e.Node != a.owner || e.Epoch != a.epoch || a.phase == phaseFailed || (a.phase == phaseIdle && a.failed != "") {
 		return nil // a superseded owner, or a failure already handled
 	}
+	// In phase idle: the failed assembly was reported (AssembleFailed)
+	// before the failure itself. The array is failed, and the next
+	// takeover waits for members like any failed array's.
 	reason := e.Reason
 	if reason == "" {
 		reason = "the owner's RAID lost more members than its parity"
@@ -780,7 +783,9 @@ func (m *Machine) markFailed(a *array, by, reason string) {
 	if a.phase == phaseActive {
 		a.since = m.now
 	}
-	a.phase, a.phaseAt, a.target = phaseFailed, m.now, ""
+	if a.phase != phaseIdle {
+		a.phase, a.phaseAt, a.target = phaseFailed, m.now, ""
+	}
 }
 
 // repairFailed: the owner refused or failed a Resync/Rebuild. The member

@@ -366,3 +366,43 @@ func anyStrings(v any) []string {
 	}
 	return out
 }
+
+// The owner's assembly found too few members: it reports ArrayFailed, then
+// AssembleFailed (daemon/node sends them in this order). The array is
+// failed and waits for members; it does not tour the other nodes.
+func TestAssemblyFindsArrayFailed(t *testing.T) {
+	s := seedSim(t, Config{LeaseTicks: 10, SelfFenceTicks: 6}, nil)
+	s.mustRun(t, "kill", "B")
+	s.mustRun(t, "tick", "10")
+	s.mustRun(t, "return", "B")
+	s.mustRun(t, "kill", "D")
+	s.mustRun(t, "kill", "A") // a's owner dies too: a is taken over with B1 stale, D1 lost
+	s.mustRun(t, "tick", "10")
+	a := s.m.arrays["a"]
+	if a.phase != phaseActive || a.owner == "A" {
+		t.Fatalf("a: phase %s on %s, want taken over", a.phase, a.owner)
+	}
+	// The sim assembled it; the real owner found too few members usable.
+	a.phase = phaseAssembling
+	owner, epoch := a.owner, a.epoch
+	for _, ev := range []Event{
+		ArrayFailed{Array: "a", Node: owner, Epoch: epoch, Reason: "assembly found 2 of 4 members usable"},
+		AssembleFailed{Array: "a", Node: owner, Epoch: epoch, Reason: "too many failed members"},
+	} {
+		if err := s.step(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := len(s.acts)
+	s.mustRun(t, "tick", "40")
+	if v := viewJSON(t, s.m, "a"); v["state"] != string(StateFailed) || !strings.Contains(fmt.Sprint(v["reason"]), "2 of 4 members usable") {
+		t.Fatalf("a: %v %q, want failed with the owner's reason", v["state"], v["reason"])
+	}
+	if fs := s.fences("a", mark); len(fs) > 0 {
+		t.Fatalf("a taken over again while members are missing: %v", fs[0].act)
+	}
+	s.mustRun(t, "return", "D")
+	if v, _ := s.m.Array("a"); v.Phase != "active" || v.Owner != owner || v.Epoch <= epoch {
+		t.Fatalf("a after D returned: %+v, want assembled again by %s at a fresh epoch", v, owner)
+	}
+}
