@@ -277,7 +277,7 @@ func TestBoundedNemesis(t *testing.T) {
 
 func TestResultSummaryAndErr(t *testing.T) {
 	r := Result{Site: "s.yaml", Kinds: []string{Kill}, Injected: map[string]int{Kill: 2}, Ops: 1234,
-		Runs: []RunResult{{Run: 0, Seed: 7}, {Run: 1, Seed: 8, Anomalies: map[string]int{"stale": 1}, Report: "ANOMALY stale: ...\n"}},
+		Runs:      []RunResult{{Run: 0, Seed: 7}, {Run: 1, Seed: 8, Anomalies: map[string]int{"stale": 1}, Report: "ANOMALY stale: ...\n"}},
 		Anomalies: map[string]int{"stale": 1}}
 	s := r.Summary()
 	for _, want := range []string{"2 runs", "faults injected: kill 2", "operations checked: 1234", "anomalies: stale 1", "run 1, seed 8", "ANOMALY stale", "FAILED"} {
