@@ -3,13 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -24,32 +21,36 @@ type NodeInfo struct {
 
 // Liveness is a node's registration, kept alive by a background loop.
 //
-// Timing: every renewal measures its deadline from the moment the request
-// was sent, not from when the answer came, so the node's deadline is never
-// later than the store's expiry of the same lease (the store counts TTL from
-// when it processed the renewal, which is later). Lost closes when the local
-// deadline minus Margin passes without a successful renewal, or when the
-// store says the lease is gone; the caller must then self-fence at once
-// (cluster.SelfLeaseLost). Margin covers clock-rate drift between the node
-// and the store and the time self-fencing takes.
+// What it guarantees (docs/CONTROL-PLANE.md, "Leases"):
+//
+//   - Lost closes when the local instant Deadline()−margin passes without a
+//     successful renewal, from a local timer (monotonic clock) that no RPC
+//     can hold up, or when the store says the lease is gone. Once closed it
+//     stays closed; the caller must then self-fence at once
+//     (cluster.SelfLeaseLost) and register again.
+//   - Deadline is the start of the last successful renewal (or of the
+//     grant) plus the TTL. The store counts the TTL from when it processed
+//     that renewal, which is later, so the store never expires the lease
+//     before Deadline; Lost fires margin earlier. Margin covers clock-rate
+//     drift between the node and the store and the time self-fencing takes.
+//   - Renewals start every TTL/10 (at least 100 ms, at most 1 s); each is
+//     one request with a deadline, sent to the member that answered last and,
+//     after a hedge delay of a third of that interval, to the next ones too
+//     (renew.go). A frozen or partitioned member costs one hedge delay, a
+//     frozen raft leader the election plus at most one retry interval, so
+//     while a quorum of members is reachable the lease is renewed whichever
+//     member hangs.
 type Liveness struct {
-	s      *Store
-	node   string
-	id     clientv3.LeaseID
-	ttl    time.Duration
-	margin time.Duration
-	cancel context.CancelFunc
-	done   chan struct{}
-	lost   chan struct{}
-
-	mu       sync.Mutex
-	deadline time.Time
-	lostErr  error
+	s    *Store
+	node string
+	id   clientv3.LeaseID
+	ttl  time.Duration
+	k    *keeper
 }
 
 // Register grants a lease of ttl (whole seconds, at least 1s), publishes
-// info under nodes/<node> attached to it, and renews it every ttl/3 until
-// Close. margin is subtracted from the local deadline (default ttl/5).
+// info under nodes/<node> attached to it, and renews it until Close.
+// margin is subtracted from the local deadline (default ttl/5).
 func (s *Store) Register(ctx context.Context, info NodeInfo, ttl, margin time.Duration) (*Liveness, error) {
 	if ttl < time.Second {
 		return nil, fmt.Errorf("lease TTL %s is below the store's 1s granularity: %w", ttl, ErrBadOptions)
@@ -69,14 +70,15 @@ func (s *Store) Register(ctx context.Context, info NodeInfo, ttl, margin time.Du
 		return nil, fmt.Errorf("grant lease for node %q: %w", info.Node, err)
 	}
 	v, _ := json.Marshal(info)
-	if _, err := s.cli.Put(ctx, s.key("nodes", info.Node), string(v), clientv3.WithLease(g.ID)); err != nil {
+	// The same put may be repeated on another member: it is idempotent.
+	if _, err := onEndpoints(ctx, s, grantTry, func(c context.Context, e *endpoint) (*clientv3.PutResponse, error) {
+		return e.kv.Put(c, s.key("nodes", info.Node), string(v), clientv3.WithLease(g.ID))
+	}); err != nil {
 		return nil, fmt.Errorf("register node %q: %w", info.Node, err)
 	}
-	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l := &Liveness{s: s, node: info.Node, id: g.ID, ttl: time.Duration(g.TTL) * time.Second, margin: margin,
-		cancel: cancel, done: make(chan struct{}), lost: make(chan struct{}),
-		deadline: sent.Add(time.Duration(g.TTL) * time.Second)}
-	go l.loop(lctx)
+	gttl := time.Duration(g.TTL) * time.Second
+	l := &Liveness{s: s, node: info.Node, id: g.ID, ttl: gttl}
+	l.k = s.keep(g.ID, fmt.Sprintf("node %q", info.Node), gttl, margin, sent, nil)
 	return l, nil
 }
 
@@ -84,77 +86,24 @@ func (s *Store) Register(ctx context.Context, info NodeInfo, ttl, margin time.Du
 func (l *Liveness) ID() clientv3.LeaseID { return l.id }
 
 // Lost is closed once the node can no longer be sure it holds its lease.
-func (l *Liveness) Lost() <-chan struct{} { return l.lost }
+func (l *Liveness) Lost() <-chan struct{} { return l.k.lost }
 
 // Err says why Lost closed (nil while held).
-func (l *Liveness) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lostErr
-}
+func (l *Liveness) Err() error { return l.k.err() }
 
 // Deadline is the local instant after which the lease may have expired in
-// the store (the last renewal's send time plus TTL).
-func (l *Liveness) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
-}
+// the store (the last successful renewal's send time plus TTL).
+func (l *Liveness) Deadline() time.Time { return l.k.Deadline() }
 
-func (l *Liveness) markLost(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	select {
-	case <-l.lost:
-	default:
-		l.lostErr = err
-		close(l.lost)
-		l.s.log.Warn("liveness lease lost", "node", l.node, "err", err)
-	}
-}
+// Held reports, without waiting for anything, whether the lease is still
+// sure to be held: Lost has not closed and Deadline−margin has not passed.
+// A path that must not act on a lost lease (I/O of a node that may have
+// been frozen) checks it at the point of acting: after a long pause the
+// timer that closes Lost may not have run yet.
+func (l *Liveness) Held() bool { return l.k.held() }
 
-func (l *Liveness) loop(ctx context.Context) {
-	defer close(l.done)
-	every := l.ttl / 3
-	t := time.NewTicker(every / 4)
-	defer t.Stop()
-	next := l.s.now().Add(every)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := l.s.now()
-		if dl := l.Deadline(); !now.Before(dl.Add(-l.margin)) {
-			l.markLost(fmt.Errorf("node %q: no renewal since the deadline %s minus margin %s", l.node, dl.Format(time.RFC3339Nano), l.margin))
-			return
-		}
-		if now.Before(next) {
-			continue
-		}
-		sent := now
-		rctx, cancel := context.WithDeadline(ctx, l.Deadline().Add(-l.margin))
-		resp, err := l.s.cli.KeepAliveOnce(rctx, l.id)
-		cancel()
-		if err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				l.markLost(fmt.Errorf("node %q: the store expired lease %x: %w", l.node, int64(l.id), err))
-				return
-			}
-			next = l.s.now().Add(every / 4) // retry soon; the deadline check fences if it never works
-			continue
-		}
-		if resp.TTL <= 0 {
-			l.markLost(fmt.Errorf("node %q: the store expired lease %x", l.node, int64(l.id)))
-			return
-		}
-		l.mu.Lock()
-		l.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
-		l.mu.Unlock()
-		next = sent.Add(every)
-	}
-}
+// Stats says how the renewals went (for measurements and metrics).
+func (l *Liveness) Stats() LeaseStats { return l.k.Stats() }
 
 // Close stops renewing and revokes the lease (a clean shutdown: the node's
 // liveness key disappears at once).
@@ -165,11 +114,8 @@ func (l *Liveness) Close(ctx context.Context) error {
 }
 
 // Abandon stops renewing without revoking, as a crash would: the store
-// expires the lease after its TTL.
-func (l *Liveness) Abandon() {
-	l.cancel()
-	<-l.done
-}
+// expires the lease after its TTL. Lost does not close afterwards.
+func (l *Liveness) Abandon() { l.k.stop() }
 
 // Nodes returns the registrations of every node whose lease is alive.
 func (s *Store) Nodes(ctx context.Context) (map[string]NodeInfo, error) {

@@ -77,7 +77,12 @@ type Options struct {
 	ClusterToken string
 	// Prefix is prepended to every key (default "/tier0/").
 	Prefix string
-	// TickMs and ElectionMs tune the embedded raft (default 100 / 1000).
+	// TickMs and ElectionMs tune the embedded raft (default 50 / 500:
+	// etcd's ratio of 10 ticks, at half its period). A lost raft leader
+	// costs a randomized election timeout of ElectionMs to 2×ElectionMs,
+	// and every lease must outlast that between two renewals: with 500 ms
+	// a frozen leader costs at most ~1.5 s of renewals, inside the 2.4 s a
+	// 3 s lease leaves (docs/CONTROL-PLANE.md, "Leases").
 	TickMs, ElectionMs uint
 	// StartTimeout bounds waiting for the member and the client
 	// (default 30s).
@@ -101,6 +106,7 @@ type Store struct {
 	prefix string
 	log    *slog.Logger
 	now    func() time.Time
+	ep     endpoints // one connection per member, for lease renewals (renew.go)
 }
 
 func (o *Options) fill() error {
@@ -114,7 +120,7 @@ func (o *Options) fill() error {
 		o.ClusterToken = "tier0"
 	}
 	if o.TickMs == 0 {
-		o.TickMs = 100
+		o.TickMs = 50
 	}
 	if o.ElectionMs == 0 {
 		o.ElectionMs = 10 * o.TickMs
@@ -170,10 +176,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: opts.StartTimeout,
-		// gRPC keep-alive notices a silently partitioned endpoint (no
-		// RST) within seconds, so that lease renewals and RPCs move to a
-		// reachable member well inside the lease TTL.
-		DialKeepAliveTime:    time.Second,
+		// gRPC keep-alive closes a connection to a silently partitioned
+		// or frozen endpoint (no RST) so that the balancer stops using
+		// it. grpc-go pings at most every 10 s, whatever is asked, so
+		// this alone is far too slow for a lease: renewals go through
+		// connections of their own with per-call deadlines (renew.go).
+		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
 		Logger:               zap.NewNop(),
 		Context:              context.WithoutCancel(ctx),
@@ -183,6 +191,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("store: connect to %v: %w", endpoints, err)
 	}
 	s.cli = cli
+	if err := s.dialEndpoints(endpoints); err != nil {
+		cli.Close()
+		s.closeMember()
+		return nil, err
+	}
+	cli.Lease = &failoverLease{Lease: cli.Lease, s: s, grants: map[clientv3.LeaseID]renewal{}, keepers: map[*keeper]struct{}{}}
 	return s, nil
 }
 
@@ -280,6 +294,7 @@ func (s *Store) Close() error {
 	if s.cli != nil {
 		err = s.cli.Close()
 	}
+	s.closeEndpoints()
 	s.closeMember()
 	return err
 }
