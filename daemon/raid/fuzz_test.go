@@ -18,6 +18,9 @@ func FuzzSuperblock(f *testing.F) {
 	}
 	sb.Events = 3
 	f.Add(sb.marshal())
+	huge := *sb
+	huge.BitmapBytes = 1 << 50 // must be refused before anything is allocated from it
+	f.Add(huge.marshal())
 	f.Add(make([]byte, sbSlotSize))
 	f.Add([]byte(sbMagic))
 	f.Fuzz(func(t *testing.T, p []byte) {

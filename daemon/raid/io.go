@@ -110,7 +110,39 @@ func (a *Array) readMirror(p []byte, off int64) error {
 			}
 		}
 		if m == nil {
-			break
+			// No active mirror: a rebuilding one that is in sync over
+			// the whole request still serves it.
+			C := a.geo.ChunkSize
+			s0, s1 := off/C, (off+int64(len(p))-1)/C
+			for k := 0; k < n && m == nil; k++ {
+				c := a.member(k)
+				ok := c != nil && uint8(c.state.Load()) == roleRebuilding
+				for s := s0; ok && s <= s1; s++ {
+					ok = a.inSync(c, s)
+				}
+				if ok {
+					m = c
+				}
+			}
+			if m == nil {
+				for s := s0; s <= s1; s++ {
+					if a.mirrorLost(s) {
+						return a.unavailable(s)
+					}
+				}
+				if s1 > s0 {
+					// Each chunk has a mirror, not one for all: chunk by chunk.
+					for pos := off; pos < off+int64(len(p)); {
+						end := min((pos/C+1)*C, off+int64(len(p)))
+						if err := a.readMirror(p[pos-off:end-off], pos); err != nil {
+							return err
+						}
+						pos = end
+					}
+					return nil
+				}
+				break
+			}
 		}
 		err := a.mread(m, p, a.geo.DataOffset+off)
 		if !errors.Is(err, errGone) {
@@ -456,6 +488,11 @@ func (a *Array) writeMirror(p []byte, off int64, fua bool) error {
 			a.locks[i].Unlock()
 		}
 	}()
+	for s := s0; s <= s1; s++ {
+		if a.mirrorLost(s) {
+			return a.unavailable(s)
+		}
+	}
 	var ops []mop
 	for r := range a.members {
 		m := a.member(r)
@@ -932,6 +969,16 @@ func (a *Array) noteMissed(s int64, dm, pm []*member) {
 			}
 		}
 	}
+}
+
+// mirrorLost reports whether no mirror holds valid data of chunk s.
+func (a *Array) mirrorLost(s int64) bool {
+	for r := range a.members {
+		if a.inSync(a.member(r), s) {
+			return false
+		}
+	}
+	return true
 }
 
 // fragile reports whether a data member is being rebuilt: its chunks are
