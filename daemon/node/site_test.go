@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +32,43 @@ type testSite struct {
 	st    *store.Store
 	nodes map[string]*Node
 	mems  map[string]*blockdev.Mem
+	holds map[string]*holdDev
 	lives map[string]*store.Liveness
+}
+
+// holdDev is a drive whose reads can be held (to keep a request in
+// flight) until released.
+type holdDev struct {
+	*blockdev.Mem
+	mu      sync.Mutex
+	held    chan struct{} // non-nil: reads wait until it is closed
+	entered chan struct{} // receives once per read that waits
+}
+
+func (d *holdDev) hold() {
+	d.mu.Lock()
+	d.held, d.entered = make(chan struct{}), make(chan struct{}, 64)
+	d.mu.Unlock()
+}
+
+func (d *holdDev) release() {
+	d.mu.Lock()
+	if d.held != nil {
+		close(d.held)
+		d.held = nil
+	}
+	d.mu.Unlock()
+}
+
+func (d *holdDev) ReadAt(p []byte, off int64) (int, error) {
+	d.mu.Lock()
+	held, entered := d.held, d.entered
+	d.mu.Unlock()
+	if held != nil {
+		entered <- struct{}{}
+		<-held
+	}
+	return d.Mem.ReadAt(p, off)
 }
 
 const testDriveSize = 16 << 20
@@ -60,7 +97,7 @@ func newTestSite(t *testing.T) *testSite {
 			name, freeTCPPort(t), freeTCPPort(t), freeTCPPort(t), drives)
 	}
 	fmt.Fprintf(&b, "control_plane:\n  etcd: {peers: [A], client_port: %d, peer_port: %d}\n", freeTCPPort(t), freeTCPPort(t))
-	b.WriteString("policies: {member_io_timeout: 2s}\n")
+	b.WriteString("policies: {member_io_timeout: 30s}\n")
 	b.WriteString("arrays: [{name: x, level: raid5, chunk_kib: 16, home: A, members: [C1, D1, E1]}]\n")
 	cfg, err := config.Parse("site.yaml", []byte(b.String()))
 	if err != nil {
@@ -72,7 +109,7 @@ func newTestSite(t *testing.T) *testSite {
 	if err != nil {
 		t.Fatalf("embedded etcd: %v", err)
 	}
-	s := &testSite{t: t, cfg: cfg, st: st, nodes: map[string]*Node{}, mems: map[string]*blockdev.Mem{}, lives: map[string]*store.Liveness{}}
+	s := &testSite{t: t, cfg: cfg, st: st, nodes: map[string]*Node{}, mems: map[string]*blockdev.Mem{}, holds: map[string]*holdDev{}, lives: map[string]*store.Liveness{}}
 	t.Cleanup(func() {
 		for _, n := range s.nodes {
 			n.mu.Lock()
@@ -96,8 +133,10 @@ func newTestSite(t *testing.T) *testSite {
 	for _, name := range []string{"C", "D", "E"} {
 		n := s.node(name)
 		m := blockdev.NewMem(testDriveSize, 4096)
-		s.mems[name+"1"] = m
-		n.drives[name+"1"] = m
+		h := &holdDev{Mem: m}
+		s.mems[name+"1"], s.holds[name+"1"] = m, h
+		t.Cleanup(h.release) // before the targets close (cleanups run last-in first-out)
+		n.drives[name+"1"] = h
 		if err := n.startBackend(); err != nil {
 			t.Fatalf("backend of %s: %v", name, err)
 		}
