@@ -43,7 +43,7 @@ func randomRun(t *testing.T, seed uint64, steps int) string {
 	for range steps {
 		n := nodes[r.IntN(len(nodes))]
 		arr := s.m.arrayOrder[r.IntN(len(s.m.arrayOrder))]
-		switch k := r.IntN(20); {
+		switch k := r.IntN(23); {
 		case k < 3:
 			do("kill", n)
 		case k < 5:
@@ -92,6 +92,22 @@ func randomRun(t *testing.T, seed uint64, steps int) string {
 			do("suspect", n)
 		case k < 16:
 			do("unsuspect", n)
+		case k < 17:
+			// Refused and failed actions (issue 12): a node whose fences
+			// fail for a while, an owner that refuses repairs, an owner
+			// whose RAID reports the array failed.
+			switch r.IntN(4) {
+			case 0:
+				do("fail-fences", n, fmt.Sprint("n=", 1+r.IntN(4)))
+			case 1:
+				do("refuse-repairs", arr, "injected")
+			case 2:
+				do("allow-repairs", arr)
+			case 3:
+				if a := s.m.arrays[arr]; a.phase == phaseActive && s.acting[arr][a.owner] {
+					do("array-failed", arr, "injected")
+				}
+			}
 		default:
 			do("tick", fmt.Sprint(1+r.IntN(int(lease)+2)))
 		}
@@ -106,6 +122,12 @@ func randomRun(t *testing.T, seed uint64, steps int) string {
 		}
 	}
 	// Repair everything and let the cluster converge.
+	for _, n := range nodes {
+		do("heal-fences", n)
+	}
+	for _, a := range s.m.arrayOrder {
+		do("allow-repairs", a)
+	}
 	for _, n := range nodes {
 		if s.dead[n] || s.partitioned[n] {
 			do("return", n)
@@ -124,6 +146,9 @@ func randomRun(t *testing.T, seed uint64, steps int) string {
 		do("tick", fmt.Sprint(lease))
 		do("resync-all")
 	}
+	// Actions refused before the repair may be backing off still.
+	do("tick", fmt.Sprint(DefaultBackoffMaxTicks+1))
+	do("resync-all")
 	do("tick", fmt.Sprint(lease))
 	for _, a := range s.m.Arrays() {
 		if a.State != StateOptimal || a.Owner != a.Home || a.Phase != "active" {
