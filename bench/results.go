@@ -46,6 +46,48 @@ type RunInfo struct {
 	Notes    []string `json:"notes,omitempty"`
 	// Repeat is how many times each scenario ran (0 or 1: once).
 	Repeat int `json:"repeat,omitempty"`
+	// Arrays are the arrays' shapes (for the theoretical figures).
+	Arrays []ArrayShape `json:"arrays,omitempty"`
+	// Model describes the drive and link performance model the local
+	// cluster ran under; nil when the drives ran unshaped (a real
+	// cluster, or a local site without drives.*.model).
+	Model *ModelInfo `json:"model,omitempty"`
+}
+
+// ArrayShape is one array's RAID geometry.
+type ArrayShape struct {
+	Name   string `json:"name"`
+	Level  string `json:"level"`
+	Data   int    `json:"data"`
+	Parity int    `json:"parity"`
+}
+
+// ModelInfo is the performance model of a local run: every drive shaped
+// to Drive (already scaled), every node's links to LinkBytesPerS.
+type ModelInfo struct {
+	// Profile names the drive profile ("micron-7450-pro-3.84tb"); Source
+	// where its figures come from.
+	Profile string `json:"profile"`
+	Source  string `json:"source,omitempty"`
+	// Scale is the factor every published figure was multiplied by.
+	Scale float64 `json:"scale"`
+	// Drive is the scaled per-drive model.
+	Drive DriveFigures `json:"drive"`
+	// LinkBytesPerS is each node's modelled link (0: not modelled).
+	LinkBytesPerS float64 `json:"link_bytes_per_s,omitempty"`
+	// How says how the model is applied (which layer it shapes).
+	How string `json:"how,omitempty"`
+}
+
+// DriveFigures are a drive's bandwidth, IOPS and latency for reads and
+// writes.
+type DriveFigures struct {
+	ReadBytesPerS  float64 `json:"read_bytes_per_s"`
+	WriteBytesPerS float64 `json:"write_bytes_per_s"`
+	ReadIOPS       float64 `json:"read_iops"`
+	WriteIOPS      float64 `json:"write_iops"`
+	ReadLatNs      int64   `json:"read_lat_ns"`
+	WriteLatNs     int64   `json:"write_lat_ns"`
 }
 
 // Measurement is one scenario's figures on one layer in one state.

@@ -37,17 +37,47 @@ type Row struct {
 	SeedText string
 	// Basis says what tier0's value divides by what.
 	Basis string
+	// Lo and Hi are the range of tier0's value over the repetitions
+	// (numerator's extremes over the denominator's opposite ones); Runs
+	// the repetitions behind it (1: no spread known).
+	Lo, Hi float64
+	Runs   int
+	// Noise: the two figures' ranges overlap, so the difference between
+	// them is within run-to-run noise and not a finding.
+	Noise bool
+	// Theory is the drive-bound theoretical value (NaN when not derived);
+	// TheoryText how it is derived.
+	Theory     float64
+	TheoryText string
 }
 
 // Has reports whether tier0's value is available.
 func (r Row) Has() bool { return !math.IsNaN(r.Tier0) }
 
-// Tier0Text formats tier0's value, or "n/a (reason)".
+// Tier0Text formats tier0's value with its range, or "n/a (reason)".
+// A value whose figures are within noise of each other says so first.
 func (r Row) Tier0Text() string {
 	if !r.Has() {
 		return "n/a (" + r.Missing + ")"
 	}
-	return formatValue(r.Kind, r.Tier0)
+	v := formatValue(r.Kind, r.Tier0)
+	switch {
+	case r.Kind == Seconds:
+		return v
+	case r.Runs <= 1:
+		return v + " (1 run: spread unknown)"
+	case r.Noise:
+		return fmt.Sprintf("within noise: %s (range %s to %s, %d runs)", v, formatValue(r.Kind, r.Lo), formatValue(r.Kind, r.Hi), r.Runs)
+	}
+	return fmt.Sprintf("%s (range %s to %s, %d runs)", v, formatValue(r.Kind, r.Lo), formatValue(r.Kind, r.Hi), r.Runs)
+}
+
+// TheoryValue formats the theoretical value, or "—".
+func (r Row) TheoryValue() string {
+	if math.IsNaN(r.Theory) {
+		return "—"
+	}
+	return formatValue(r.Kind, r.Theory)
 }
 
 func formatValue(k Kind, v float64) string {
@@ -71,43 +101,64 @@ func served(res *bench.Results, scenario string, states ...bench.State) bench.La
 	return bench.LayerFrontend
 }
 
-func value(m bench.Measurement, iops bool) float64 {
-	if iops {
-		return m.IOPS
-	}
-	return m.BytesPerS
+// spreadRatio is num/den of two figures with repetitions: the ratio of
+// the medians, the range from the extremes, and whether the two ranges
+// overlap (the difference is within noise).
+type spreadRatio struct {
+	v, lo, hi float64
+	runs      int
+	noise     bool
+}
+
+func ratioOf(n, d bench.Spread) spreadRatio {
+	r := spreadRatio{v: n.Median / d.Median, lo: n.Min / d.Max, hi: n.Max / d.Min, runs: min(n.N, d.N)}
+	r.noise = r.runs > 1 && n.Overlaps(d)
+	return r
 }
 
 // ratio computes num/den of two measurements' throughput (or IOPS).
-func ratio(res *bench.Results, nl bench.Layer, ns bench.State, dl bench.Layer, ds bench.State, scenario string, iops bool) (float64, string) {
+func ratio(res *bench.Results, nl bench.Layer, ns bench.State, dl bench.Layer, ds bench.State, scenario string, iops bool) (spreadRatio, string) {
+	k := bench.MetricBytes
+	if iops {
+		k = bench.MetricIOPS
+	}
+	bad := spreadRatio{v: math.NaN(), lo: math.NaN(), hi: math.NaN()}
 	n, ok := res.Find(nl, ns, scenario)
 	if !ok {
-		return math.NaN(), fmt.Sprintf("no %s %s %s measurement", nl, ns, scenario)
+		return bad, fmt.Sprintf("no %s %s %s measurement", nl, ns, scenario)
 	}
 	d, ok := res.Find(dl, ds, scenario)
 	if !ok {
-		return math.NaN(), fmt.Sprintf("no %s %s %s measurement", dl, ds, scenario)
+		return bad, fmt.Sprintf("no %s %s %s measurement", dl, ds, scenario)
 	}
-	if value(d, iops) <= 0 {
-		return math.NaN(), fmt.Sprintf("%s %s %s measured zero", dl, ds, scenario)
+	if d.Spread(k).Min <= 0 {
+		return bad, fmt.Sprintf("%s %s %s measured zero", dl, ds, scenario)
 	}
-	return value(n, iops) / value(d, iops), ""
+	return ratioOf(n.Spread(k), d.Spread(k)), ""
 }
 
-func latChange(res *bench.Results, scenario string) (float64, string, bench.Layer) {
+func latChange(res *bench.Results, scenario string) (spreadRatio, string, bench.Layer) {
+	bad := spreadRatio{v: math.NaN(), lo: math.NaN(), hi: math.NaN()}
 	l := served(res, scenario, bench.Healthy, bench.Degraded)
 	h, ok := res.Find(l, bench.Healthy, scenario)
 	if !ok {
-		return math.NaN(), fmt.Sprintf("no %s healthy %s measurement", l, scenario), l
+		return bad, fmt.Sprintf("no %s healthy %s measurement", l, scenario), l
 	}
 	d, ok := res.Find(l, bench.Degraded, scenario)
 	if !ok {
-		return math.NaN(), fmt.Sprintf("no %s degraded %s measurement", l, scenario), l
+		return bad, fmt.Sprintf("no %s degraded %s measurement", l, scenario), l
 	}
-	if h.Latency.MeanNs <= 0 {
-		return math.NaN(), fmt.Sprintf("%s healthy %s has no latency", l, scenario), l
+	if h.Spread(bench.MetricMeanLat).Min <= 0 {
+		return bad, fmt.Sprintf("%s healthy %s has no latency", l, scenario), l
 	}
-	return float64(d.Latency.MeanNs)/float64(h.Latency.MeanNs) - 1, "", l
+	r := ratioOf(d.Spread(bench.MetricMeanLat), h.Spread(bench.MetricMeanLat))
+	r.v, r.lo, r.hi = r.v-1, r.lo-1, r.hi-1
+	return r, "", l
+}
+
+// set fills a row's tier0 value from a spread ratio.
+func (row *Row) set(r spreadRatio, missing string) {
+	row.Tier0, row.Missing, row.Lo, row.Hi, row.Runs, row.Noise = r.v, missing, r.lo, r.hi, r.runs, r.noise
 }
 
 // Compare computes the side-by-side rows: efficiency of the frontend over
@@ -132,16 +183,20 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 			fmt.Sprintf("%.1f%% (file system ÷ raw block)", 100*h.SeqWriteGiBs.FilesystemOverRawBlk)},
 	} {
 		v, why := ratio(res, bench.LayerFrontend, bench.Healthy, bench.LayerBlock, bench.Healthy, x.sc, false)
-		add(Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Tier0: v, Missing: why, Seed: x.seed, SeedText: x.seedText,
-			Basis: "frontend ÷ block, healthy, " + x.sc})
+		row := Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Seed: x.seed, SeedText: x.seedText,
+			Basis: "frontend ÷ block, healthy, " + x.sc, Theory: nan}
+		row.set(v, why)
+		add(row)
 	}
 	for _, x := range []struct{ metric, sc string }{
 		{"Block layer ÷ raw drives, sequential read", bench.ScenarioSeqRead1M},
 		{"Block layer ÷ raw drives, sequential write", bench.ScenarioSeqWrite1M},
 	} {
 		v, why := ratio(res, bench.LayerBlock, bench.Healthy, bench.LayerRaw, bench.Healthy, x.sc, false)
-		add(Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Tier0: v, Missing: why, Seed: nan, SeedText: "not published",
-			Basis: "block ÷ raw, healthy, " + x.sc})
+		row := Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Seed: nan, SeedText: "not published",
+			Basis: "block ÷ raw, healthy, " + x.sc, Theory: nan}
+		row.set(v, why)
+		add(row)
 	}
 	for _, x := range []struct {
 		metric, sc string
@@ -155,8 +210,11 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 	} {
 		l := served(res, x.sc, bench.Healthy, bench.Degraded)
 		v, why := ratio(res, l, bench.Degraded, l, bench.Healthy, x.sc, x.iops)
-		add(Row{Metric: x.metric, Group: "retention", Kind: Ratio, Tier0: v, Missing: why, Seed: x.seed,
-			SeedText: fmt.Sprintf("≈%.0f%%", 100*x.seed), Basis: fmt.Sprintf("%s degraded ÷ healthy, %s", l, x.sc)})
+		row := Row{Metric: x.metric, Group: "retention", Kind: Ratio, Seed: x.seed,
+			SeedText: fmt.Sprintf("≈%.0f%%", 100*x.seed), Basis: fmt.Sprintf("%s degraded ÷ healthy, %s", l, x.sc)}
+		row.Theory, row.TheoryText = retentionTheory(res, x.sc)
+		row.set(v, why)
+		add(row)
 	}
 	seqLo, seqHi := lost.SequentialLatencyIncrease[0], lost.SequentialLatencyIncrease[1]
 	for _, x := range []struct {
@@ -170,11 +228,14 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 		{"Mean latency change, sequential write", bench.ScenarioSeqWrite1M, (seqLo + seqHi) / 2, fmt.Sprintf("+%.0f–%.0f%%", 100*seqLo, 100*seqHi)},
 	} {
 		v, why, l := latChange(res, x.sc)
-		add(Row{Metric: x.metric, Group: "latency", Kind: Change, Tier0: v, Missing: why, Seed: x.seed, SeedText: x.seedText,
-			Basis: fmt.Sprintf("%s degraded ÷ healthy − 1, %s", l, x.sc)})
+		row := Row{Metric: x.metric, Group: "latency", Kind: Change, Seed: x.seed, SeedText: x.seedText,
+			Basis: fmt.Sprintf("%s degraded ÷ healthy − 1, %s", l, x.sc)}
+		row.Theory, row.TheoryText = latencyTheory(res, x.sc)
+		row.set(v, why)
+		add(row)
 	}
 
-	fo := Row{Metric: "Failover time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan,
+	fo := Row{Metric: "Failover time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan, Theory: nan, Runs: 1,
 		SeedText: "not published (outstanding I/O completed after a temporary latency increase)",
 		Basis:    "node killed → first I/O completed on the moved array"}
 	if f := res.Failover; f == nil {
@@ -186,7 +247,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 	}
 	add(fo)
 
-	rb := Row{Metric: "Rebuild time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan, SeedText: lost.RebuildAfterRestore,
+	rb := Row{Metric: "Rebuild time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan, Theory: nan, Runs: 1, SeedText: lost.RebuildAfterRestore,
 		Basis: "longest array rebuild, start → end"}
 	switch {
 	case len(res.Rebuilds) == 0:

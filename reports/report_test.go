@@ -84,7 +84,7 @@ func TestHTMLEmbedsImagesAndFigures(t *testing.T) {
 	}
 	for _, want := range []string{
 		"<h2>Side by side with the seed</h2>",
-		"<td>Retained with one node lost, sequential read</td><td>68.0%</td><td>≈70%</td>",
+		"<td>Retained with one node lost, sequential read</td><td>68.0% (1 run: spread unknown)</td><td>≈70%</td>",
 		"2.30 s",  // failover time
 		"55.00 s", // slowest rebuild (array e)
 		"≈70%",    // seed retention

@@ -74,6 +74,13 @@ func fmtTime(t time.Time) string {
 func buildTables(res *bench.Results, ref *Reference) []table {
 	var out []table
 
+	vt := table{Title: "Verdict", Header: []string{"seed claim", "verdict"},
+		Note: verdictNote(res)}
+	for _, v := range Verdicts(res, ref) {
+		vt.Rows = append(vt.Rows, []string{v.Claim, v.Sentence})
+	}
+	out = append(out, vt)
+
 	checks := table{Title: "Checks", Header: []string{"check", "status", "reason"}, Note: checkSummary(res)}
 	for _, c := range res.Checks {
 		checks.Rows = append(checks.Rows, []string{c.Name, StatusText(c.Status), c.Reason})
@@ -83,12 +90,22 @@ func buildTables(res *bench.Results, ref *Reference) []table {
 	}
 	out = append(out, checks)
 
-	cmpT := table{Title: "Side by side with the seed", Header: []string{"metric", "tier0", "seed", "tier0 basis"},
-		Note: "Seed: " + ref.Name + ". The seed's \"raw block layer\" is its RAID volumes over NVMe-oF; its shared layer is IBM Storage Scale. tier0's counterparts are the block layer (array on its owner) and the frontend (NVMe/TCP namespace)."}
+	cmpT := table{Title: "Side by side with the seed", Header: []string{"metric", "tier0 (median, range)", "seed", "drive-bound theory", "tier0 basis"},
+		Note: "Seed: " + ref.Name + ". The seed's \"raw block layer\" is its RAID volumes over NVMe-oF; its shared layer is IBM Storage Scale. tier0's counterparts are the block layer (array on its owner) and the frontend (NVMe/TCP namespace). A ratio is \"within noise\" when the ranges of its two figures over the repetitions overlap: it is then no finding. The theory column is what the arrays' geometry gives when the drives alone bound the rate (see docs/BENCH.md); it describes this run's figures only when they came from the drive model."}
 	for _, r := range Compare(res, ref) {
-		cmpT.Rows = append(cmpT.Rows, []string{r.Metric, r.Tier0Text(), r.SeedText, r.Basis})
+		th := r.TheoryValue()
+		if th != "—" && r.TheoryText != "" {
+			th += " (" + r.TheoryText + ")"
+		}
+		cmpT.Rows = append(cmpT.Rows, []string{r.Metric, r.Tier0Text(), r.SeedText, th, r.Basis})
 	}
 	out = append(out, cmpT)
+	if ct, ok := cpuTable(res); ok {
+		out = append(out, ct)
+	}
+	if pt, ok := projectionTable(res, ref); ok {
+		out = append(out, pt)
+	}
 
 	ms := slices.Clone(res.Measurements)
 	slices.SortStableFunc(ms, func(a, b bench.Measurement) int {
@@ -98,9 +115,12 @@ func buildTables(res *bench.Results, ref *Reference) []table {
 			cmp.Compare(rank([]bench.State{bench.Healthy, bench.Degraded}, a.State), rank([]bench.State{bench.Healthy, bench.Degraded}, b.State)),
 		)
 	})
-	mt := table{Title: "Measurements", Header: []string{"scenario", "layer", "state", "tool", "GiB/s", "IOPS", "mean", "p99", "p99.9", "errors", "verify"}}
+	mt := table{Title: "Measurements", Header: []string{"scenario", "layer", "state", "tool", "runs", "GiB/s", "MiB/s range", "IOPS", "IOPS range", "mean", "p99", "p99.9", "errors", "verify"},
+		Note: "GiB/s, IOPS and mean latency are medians over the runs; the ranges are the runs' extremes; p99 and p99.9 are those of the median run."}
 	for _, m := range ms {
-		mt.Rows = append(mt.Rows, []string{m.Scenario, string(m.Layer), m.Label, m.Tool, fmtGiBs(m), fmtIOPS(m.IOPS),
+		bs, is := m.Spread(bench.MetricBytes), m.Spread(bench.MetricIOPS)
+		mt.Rows = append(mt.Rows, []string{m.Scenario, string(m.Layer), m.Label, m.Tool, fmt.Sprint(bs.N), fmtGiBs(m),
+			fmt.Sprintf("%.1f–%.1f", bs.Min/(1<<20), bs.Max/(1<<20)), fmtIOPS(m.IOPS), fmtIOPS(is.Min) + "–" + fmtIOPS(is.Max),
 			fmtNs(m.Latency.MeanNs), fmtNs(m.Latency.P99Ns), fmtNs(m.Latency.P999Ns), fmt.Sprint(m.Errors), fmtVerify(m.Verify)})
 	}
 	if len(ms) == 0 {
@@ -207,10 +227,43 @@ func runSummary(res *bench.Results) []string {
 	}
 	lines = append(lines, fmt.Sprintf("Host %s: %s, %d cores / %d threads on the host, %s; %s memory, %s %s, kernel %s, %s, tier0 %s.",
 		orDash(e.Host), orDash(e.CPU), e.PhysicalCores, e.LogicalCores, cpus, fmtBytes(int64(e.MemoryBytes)), e.OS, e.Arch, orDash(e.Kernel), e.GoVersion, orDash(e.Tier0Version)))
+	if r.Repeat > 1 {
+		lines = append(lines, fmt.Sprintf("Each scenario ran %d times; figures are medians with their range.", r.Repeat))
+	}
+	if m := r.Model; m != nil {
+		lines = append(lines, "Model: "+modelText(m))
+	} else {
+		lines = append(lines, "Model: none; the drives ran unshaped, so the figures are this machine's (on a real cluster: the hardware's).")
+	}
 	for _, n := range r.Notes {
 		lines = append(lines, "Note: "+n)
 	}
 	return lines
+}
+
+// modelText describes the drive and link model in one sentence.
+func modelText(m *bench.ModelInfo) string {
+	d := m.Drive
+	s := fmt.Sprintf("every drive shaped to the %s profile scaled by %g: %.1f MiB/s read, %.1f MiB/s write, %s read IOPS, %s write IOPS, %s read and %s write latency",
+		m.Profile, m.Scale, d.ReadBytesPerS/(1<<20), d.WriteBytesPerS/(1<<20), fmtIOPS(d.ReadIOPS), fmtIOPS(d.WriteIOPS), fmtNs(d.ReadLatNs), fmtNs(d.WriteLatNs))
+	if m.LinkBytesPerS > 0 {
+		s += fmt.Sprintf("; each node's link %.1f MiB/s", m.LinkBytesPerS/(1<<20))
+	}
+	if m.Source != "" {
+		s += " (" + m.Source + ")"
+	}
+	if m.How != "" {
+		s += "; " + m.How
+	}
+	return s + ". Every throughput, IOPS and latency figure of this report comes from the model, not from this machine's hardware."
+}
+
+func verdictNote(res *bench.Results) string {
+	n := "One sentence per claim of the seed. Confirmed within noise: the seed's value lies within tier0's range over the repetitions (±5 points for the seed's rounding), or the two figures are within noise of each other and the seed's value is ≈100% (≈0% for a change)."
+	if res.Run.Repeat <= 1 {
+		n += " This run measured each scenario once: no spread is known, so no figure can be told apart from noise."
+	}
+	return n
 }
 
 func orDash(s string) string {

@@ -1,0 +1,140 @@
+package reports
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"tier0/bench"
+)
+
+// rep is a measurement repeated with the given primary figures (MiB/s
+// for 1 MiB scenarios, IOPS for 4 KiB ones) and mean latencies in µs.
+func rep(layer bench.Layer, state bench.State, sc string, vals []float64, latUs []float64) bench.Measurement {
+	m := bench.Measurement{Layer: layer, State: state, Scenario: sc, Label: state.Label(), Tool: bench.ToolLoadgen, IOSize: 4096}
+	if strings.HasPrefix(sc, "seq") {
+		m.IOSize = 1 << 20
+	}
+	var ms []bench.Measurement
+	for i, v := range vals {
+		r := m
+		if m.IOSize >= 1<<20 {
+			r.BytesPerS, r.IOPS = v*(1<<20), v
+		} else {
+			r.IOPS, r.BytesPerS = v, v*4096
+		}
+		r.Latency.MeanNs = int64(latUs[i%len(latUs)] * 1e3)
+		ms = append(ms, r)
+	}
+	out, err := bench.Combine(ms)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// noisyRun is the issue-17 run: a frontend "faster" than the block layer
+// and a node loss that "speeds up" random writes, on a loaded machine.
+func noisyRun() *bench.Results {
+	res := bench.NewResults("r", "local-5node", time.Unix(1700000000, 0), bench.Environment{})
+	for _, m := range []bench.Measurement{
+		rep(bench.LayerBlock, bench.Healthy, bench.ScenarioSeqWrite1M, []float64{95, 120, 105}, []float64{900}),
+		rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioSeqWrite1M, []float64{100, 160, 130}, []float64{800}),
+		rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioRandWrite4K, []float64{1000, 1010, 990}, []float64{100, 104, 98}),
+		rep(bench.LayerFrontend, bench.Degraded, bench.ScenarioRandWrite4K, []float64{1350, 1400, 1380}, []float64{74, 70, 72}),
+	} {
+		res.Add(m)
+	}
+	return res
+}
+
+func rowOf(t *testing.T, rows []Row, metric string) Row {
+	t.Helper()
+	for _, r := range rows {
+		if r.Metric == metric {
+			return r
+		}
+	}
+	t.Fatalf("no row %q", metric)
+	return Row{}
+}
+
+// TestRatiosWithinNoiseAreLabelled: a ratio whose two figures' ranges
+// overlap reads "within noise", never as a bare finding (issue 17:
+// "sequential write efficiency 152.6%").
+func TestRatiosWithinNoiseAreLabelled(t *testing.T) {
+	ref, _ := Seed()
+	rows := Compare(noisyRun(), ref)
+	eff := rowOf(t, rows, "Sequential write efficiency")
+	if got := eff.Tier0Text(); !strings.HasPrefix(got, "within noise: ") || !strings.Contains(got, "3 runs") {
+		t.Errorf("overlapping ranges: %q; want it labelled within noise with the range and runs", got)
+	}
+	ret := rowOf(t, rows, "Retained with one node lost, random write IOPS")
+	if got := ret.Tier0Text(); strings.Contains(got, "within noise") || !strings.Contains(got, "range 133.7% to 141.4%") {
+		t.Errorf("separate ranges: %q; want the median with its range, not within noise", got)
+	}
+}
+
+// TestVerdictCallsOutImpossibleFigures: the verdict never confirms a
+// claim from a figure the design rules out, and says why.
+func TestVerdictCallsOutImpossibleFigures(t *testing.T) {
+	ref, _ := Seed()
+	vs := Verdicts(noisyRun(), ref)
+	byClaim := map[string]Verdict{}
+	for _, v := range vs {
+		byClaim[v.Claim[:20]] = v
+	}
+	if len(vs) != len(seedClaims) {
+		t.Fatalf("%d verdicts, want one per seed claim (%d)", len(vs), len(seedClaims))
+	}
+	rnd := vs[3]
+	if rnd.Outcome != NotConfirmed || !strings.Contains(rnd.Sentence, "a node loss cannot speed I/O up") {
+		t.Errorf("random retention verdict %+v; want not confirmed, naming the impossibility", rnd)
+	}
+	lat := vs[4]
+	if lat.Outcome != NotConfirmed || !strings.Contains(lat.Sentence, "losing a node cannot make I/O faster") {
+		t.Errorf("latency verdict %+v", lat)
+	}
+	wr := vs[1]
+	if wr.Outcome != Confirmed || !strings.Contains(wr.Sentence, "within noise") {
+		t.Errorf("write efficiency within noise of 100%% vs the seed's 98.5%%: %+v; want confirmed within noise", wr)
+	}
+	if v := vs[0]; v.Outcome != NotMeasured || !strings.Contains(v.Sentence, "no frontend healthy seq-read-1m measurement") {
+		t.Errorf("unmeasured claim %+v; want not measured, with why", v)
+	}
+	if v := vs[5]; v.Outcome != NotMeasured {
+		t.Errorf("availability claim without checks: %+v", v)
+	}
+}
+
+// TestTheoryRAID5: the drive-bound figures of 5 x RAID-5 3+1 with one
+// node lost (4 arrays degraded, 1 moved complete).
+func TestTheoryRAID5(t *testing.T) {
+	res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
+	res.Failover = &bench.FailoverRecord{Node: "B"}
+	for _, a := range []string{"A", "B", "C", "D", "E"} {
+		res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
+		res.Failover.Arrays = append(res.Failover.Arrays, bench.ArrayFailover{Array: a, Moved: a == "B", Degraded: a != "B"})
+	}
+	for sc, want := range map[string]float64{
+		bench.ScenarioSeqRead1M:  16.0 / 20, // 4x3 + 4 of 5x4 drive rates
+		bench.ScenarioSeqWrite1M: 1,         // full stripes: 3 data chunks either way
+		bench.ScenarioRandRead4K: 12.0 / 20, // degraded array: 3 drives / 1.5 reads per read
+	} {
+		got, _ := retentionTheory(res, sc)
+		if d := got - want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s retention theory %v, want %v", sc, got, want)
+		}
+	}
+	lat, _ := latencyTheory(res, bench.ScenarioRandRead4K)
+	if d := lat - (20.0/12 - 1); d > 1e-9 || d < -1e-9 {
+		t.Errorf("rand read latency theory %v, want +66.7%%", lat)
+	}
+	if w, _ := retentionTheory(res, bench.ScenarioRandWrite4K); w < 0.95 || w > 1.05 {
+		t.Errorf("rand write retention theory %v, want ≈1 (a degraded read-modify-write costs no more drive time per write)", w)
+	}
+	res.Run.Arrays[0].Parity = 2
+	if v, why := retentionTheory(res, bench.ScenarioSeqRead1M); v == v || !strings.Contains(why, "RAID-5 only") {
+		t.Errorf("RAID-6 theory %v (%s); want NaN, derived for RAID-5 only", v, why)
+	}
+}
