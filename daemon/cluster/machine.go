@@ -836,9 +836,12 @@ func (m *Machine) nodeBack(n *node) {
 		if a.home == n.id {
 			a.homeFails = 0
 		}
-		a.nextTry, a.waitBack = 0, false
+		a.nextTry = 0
 		for _, mb := range a.members {
 			mb.retryAt = 0
+			if mb.node == n.id {
+				a.waitBack = false // one of its members is back: worth a try
+			}
 		}
 	}
 }
