@@ -738,7 +738,7 @@ func (m *Machine) arrayFailed(e ArrayFailed) error {
 	if err != nil {
 		return err
 	}
-	if e.Node != a.owner || e.Epoch != a.epoch || a.phase == phaseFailed || (a.phase == phaseIdle && a.failed != "") {
+	if e.Node == "" || e.Node != a.owner || e.Epoch != a.epoch || a.phase == phaseFailed || (a.phase == phaseIdle && a.failed != "") {
 		return nil // a superseded owner, or a failure already handled
 	}
 	// In phase idle: the failed assembly was reported (AssembleFailed)
