@@ -384,7 +384,11 @@ func (e *env) run(ctx context.Context, r int, seed uint64) (RunResult, error) {
 		_ = e.c.Thaw(n)
 	}
 	rec.Note("every fault healed")
+	// Resync and rebuild yield to foreground I/O: a slower workload
+	// while the cluster recovers keeps recovery within the bound.
+	chk.SetPace(20 * time.Millisecond)
 	d, bad, werr := e.waitHealthy(ctx, e.o.RecoverBound)
+	chk.SetPace(0)
 	rr.Recovered = d
 	if werr != nil {
 		rr.Stuck = bad
