@@ -98,82 +98,107 @@ func nanToZero(v float64) float64 {
 	return v
 }
 
-func groupedBars(p *plot.Plot, labels []string, groups []string, vals [][]float64) error {
-	w := vg.Points(12)
-	for gi, g := range groups {
-		b, err := plotter.NewBarChart(plotter.Values(vals[gi]), w)
-		if err != nil {
-			return err
-		}
-		b.LineStyle.Width = 0
-		b.Color = palette[gi%len(palette)]
-		b.Offset = vg.Length(float64(gi)-float64(len(groups)-1)/2) * w
-		p.Add(b)
-		p.Legend.Add(g, b)
-	}
-	p.NominalX(labels...)
-	p.Legend.Top = true
-	p.Y.Min = 0
-	return nil
-}
-
 func retentionFigure(rows []Row) (Figure, error) {
-	f := Figure{Name: "retention", Title: "Healthy vs one node lost vs seed",
-		Caption: "Throughput (sequential) or IOPS (random) with one node lost, as a fraction of healthy; the seed's published retention beside it. A missing tier0 bar means the measurement is absent (see the comparison table). Drawn only when at least one tier0 value exists."}
-	var labels []string
-	var healthy, degraded, seed []float64
-	have := false
-	for _, r := range rows {
-		if r.Group != "retention" {
-			continue
-		}
-		labels = append(labels, shortMetric(r.Metric))
-		have = have || r.Has()
-		healthy = append(healthy, 1)
-		degraded = append(degraded, nanToZero(r.Tier0))
-		seed = append(seed, nanToZero(r.Seed))
-	}
-	if !have { // nothing of tier0's to show
-		return f, nil
-	}
-	p := plot.New()
-	p.Title.Text = f.Title
-	p.Y.Label.Text = "fraction of healthy"
-	if err := groupedBars(p, labels, []string{"tier0 healthy", "tier0 one node lost", "seed one node lost"}, [][]float64{healthy, degraded, seed}); err != nil {
-		return f, err
-	}
-	p.Y.Max = 1.25
-	var err error
-	f.PNG, err = render(p)
-	return f, err
+	f := Figure{Name: "retention", Title: "One node lost: fraction of healthy kept, tier0 vs seed",
+		Caption: "Throughput (sequential) or IOPS (random) with one node lost, as a fraction of healthy: tier0's median with its range over the repetitions as an error bar, the seed's published retention, and the drive-bound theory where derived. The dashed line is healthy (1.0); a tier0 point above it beyond its error bar is not physics but this machine. A missing tier0 point means the measurement is absent (see the comparison table)."}
+	return dotFigure(f, rows, "retention", "fraction of healthy")
 }
 
 func efficiencyFigure(rows []Row) (Figure, error) {
 	f := Figure{Name: "efficiency", Title: "Layer efficiency vs seed",
-		Caption: "Sequential bandwidth of a layer as a fraction of the layer below it. Seed: file system over its raw block layer."}
+		Caption: "Sequential bandwidth of a layer as a fraction of the layer below it: tier0's median with its range as an error bar, and the seed's file system over its raw block layer. The dashed line is 1.0 (no loss)."}
+	return dotFigure(f, rows, "efficiency", "fraction of the layer below")
+}
+
+// errPoints are points with vertical error bars.
+type errPoints struct {
+	plotter.XYs
+	plotter.YErrors
+}
+
+// dotFigure draws, per row of group, tier0's median with its range, the
+// seed's value and the theory as markers side by side, a dashed line at
+// 1.0, and the legend above the data (the y axis leaves it room).
+func dotFigure(f Figure, rows []Row, group, ylabel string) (Figure, error) {
 	var labels []string
-	var t0, seed []float64
-	have := false
+	var t0, seed, theory plotter.XYs
+	var errs plotter.YErrors
+	ymax, have := 1.0, false
+	i := 0
 	for _, r := range rows {
-		if r.Group != "efficiency" {
+		if r.Group != group {
 			continue
 		}
+		x := float64(i)
 		labels = append(labels, shortMetric(r.Metric))
-		have = have || r.Has()
-		t0 = append(t0, nanToZero(r.Tier0))
-		seed = append(seed, nanToZero(r.Seed))
+		i++
+		if r.Has() {
+			have = true
+			lo, hi := r.Lo, r.Hi
+			if r.Runs <= 1 || math.IsNaN(lo) || math.IsNaN(hi) {
+				lo, hi = r.Tier0, r.Tier0
+			}
+			t0 = append(t0, plotter.XY{X: x - 0.2, Y: r.Tier0})
+			errs = append(errs, struct{ Low, High float64 }{r.Tier0 - lo, hi - r.Tier0})
+			ymax = math.Max(ymax, hi)
+		}
+		if !math.IsNaN(r.Seed) {
+			seed = append(seed, plotter.XY{X: x + 0.2, Y: r.Seed})
+			ymax = math.Max(ymax, r.Seed)
+		}
+		if !math.IsNaN(r.Theory) {
+			theory = append(theory, plotter.XY{X: x, Y: r.Theory})
+			ymax = math.Max(ymax, r.Theory)
+		}
 	}
 	if !have { // nothing of tier0's to show
 		return f, nil
 	}
 	p := plot.New()
 	p.Title.Text = f.Title
-	p.Y.Label.Text = "fraction"
-	if err := groupedBars(p, labels, []string{"tier0", "seed"}, [][]float64{t0, seed}); err != nil {
+	p.Y.Label.Text = ylabel
+	p.NominalX(labels...)
+	p.X.Min, p.X.Max = -0.6, float64(len(labels))-0.4
+	one, err := plotter.NewLine(plotter.XYs{{X: -0.6, Y: 1}, {X: float64(len(labels)) - 0.4, Y: 1}})
+	if err != nil {
 		return f, err
 	}
-	p.Y.Max = 1.25
-	var err error
+	one.Color = palette[2]
+	one.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(one)
+	add := func(name string, xys plotter.XYs, shape draw.GlyphDrawer, c int) error {
+		if len(xys) == 0 {
+			return nil
+		}
+		sc, err := plotter.NewScatter(xys)
+		if err != nil {
+			return err
+		}
+		sc.Shape, sc.Color, sc.Radius = shape, palette[c], vg.Points(4)
+		p.Add(sc)
+		p.Legend.Add(name, sc)
+		return nil
+	}
+	if len(t0) > 0 {
+		eb, err := plotter.NewYErrorBars(errPoints{t0, errs})
+		if err != nil {
+			return f, err
+		}
+		eb.Color, eb.Width, eb.CapWidth = palette[0], vg.Points(1.5), vg.Points(8)
+		p.Add(eb)
+	}
+	if err := add("tier0 (median, range)", t0, draw.CircleGlyph{}, 0); err != nil {
+		return f, err
+	}
+	if err := add("seed", seed, draw.TriangleGlyph{}, 1); err != nil {
+		return f, err
+	}
+	if err := add("drive-bound theory", theory, draw.CrossGlyph{}, 3); err != nil {
+		return f, err
+	}
+	// Room above the data for the legend (three lines, top left).
+	p.Y.Min, p.Y.Max = 0, ymax*1.35
+	p.Legend.Top, p.Legend.Left = true, true
 	f.PNG, err = render(p)
 	return f, err
 }
@@ -295,7 +320,8 @@ func timelineFigures(ts bench.TimeSeries, res *bench.Results) (Figure, Figure, e
 	if err := addMarkers(p, xs, ls, 0, ymax*1.05+1e-9); err != nil {
 		return tp, lat, err
 	}
-	p.Y.Min = 0
+	// Headroom above the data for the legend.
+	p.Y.Min, p.Y.Max = 0, ymax*1.45+1e-9
 	p.Legend.Top = true
 	if tp.PNG, err = render(p); err != nil {
 		return tp, lat, err
@@ -338,6 +364,8 @@ func timelineFigures(ts bench.TimeSeries, res *bench.Results) (Figure, Figure, e
 	if err := addMarkers(p, xs, ls, lo, hi); err != nil {
 		return tp, lat, err
 	}
+	// Headroom above the data (log scale: a decade and a half).
+	p.Y.Min, p.Y.Max = lo/1.5, hi*30
 	p.Legend.Top = true
 	lat.PNG, err = render(p)
 	return tp, lat, err
@@ -378,8 +406,8 @@ func cdfFigure(res *bench.Results, scenario string) (Figure, error) {
 	if n == 0 {
 		return f, nil
 	}
-	p.Legend.Top = true
-	p.Legend.Left = true
+	// Bottom right: a CDF never reaches there (high latency, low fraction).
+	p.Legend.Top, p.Legend.Left = false, false
 	var err error
 	f.PNG, err = render(p)
 	return f, err
@@ -418,8 +446,8 @@ func rebuildFigure(res *bench.Results) (Figure, error) {
 	if n == 0 {
 		return f, nil
 	}
-	p.Legend.Top = true
-	p.Legend.Left = true
+	// Bottom right: progress curves rise from the bottom left.
+	p.Legend.Top, p.Legend.Left = false, false
 	var err error
 	f.PNG, err = render(p)
 	return f, err
