@@ -48,10 +48,19 @@ const (
 	KillEtcdPeer   = "kill-etcd-peer"  // kill -9 an embedded etcd peer that is not the coordinator
 	FailDrive      = "fail-drive"      // fail a member drive through the API, then replace it
 	PartitionOwner = "partition-owner" // cut an owner's network link (Options.Netns only), heal it
+	// The deterministic schedules of issue 12 (freeze.go).
+	FreezeEtcdVoter        = "freeze-etcd-voter"         // SIGSTOP an etcd voter (the coordinator's node every other time) past the TTL, SIGCONT
+	FreezeQueuedRepair     = "freeze-with-queued-repair" // kill a member node, freeze the owner, restart the member, thaw the ex-owner (RAID-6 only)
+	DropFrontendSlowMember = "drop-frontend-slow-member" // reset the host's connections to an owner while a member node is slow
 )
 
 // AllFaults lists the kinds a full campaign runs, in order.
-var AllFaults = []string{KillOwner, FreezeOwner, KillRandom, RestartResync, KillEtcdPeer, FailDrive, KillTwo}
+var AllFaults = []string{KillOwner, FreezeOwner, KillRandom, RestartResync, KillEtcdPeer, FailDrive, KillTwo,
+	FreezeEtcdVoter, FreezeEtcdVoter, DropFrontendSlowMember, FreezeQueuedRepair}
+
+// needsParity2 are the faults only a site whose every array is RAID-6
+// survives (two nodes out at once).
+var needsParity2 = []string{KillTwo, FreezeQueuedRepair}
 
 // Options configure a campaign.
 type Options struct {
@@ -219,6 +228,9 @@ type env struct {
 	log   *slog.Logger
 	out   io.Writer
 	mu    sync.Mutex
+	// voterFreezes counts freeze-etcd-voter faults (they alternate
+	// between the coordinator's node and another voter).
+	voterFreezes int
 }
 
 func (e *env) say(format string, args ...any) {
@@ -271,7 +283,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if len(faults) == 0 {
 		for _, f := range AllFaults {
-			if f == KillTwo && !e.allParity(2) {
+			if slices.Contains(needsParity2, f) && !e.allParity(2) {
 				continue
 			}
 			faults = append(faults, f)
@@ -290,8 +302,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if !slices.Contains(AllFaults, f) {
 			return res, fmt.Errorf("fault %q unknown; expected one of %s", f, strings.Join(AllFaults, ", "))
 		}
-		if f == KillTwo && !e.allParity(2) {
-			return res, fmt.Errorf("fault %s needs every array to be RAID-6; site %s has a RAID-5 array", KillTwo, o.Site)
+		if slices.Contains(needsParity2, f) && !e.allParity(2) {
+			return res, fmt.Errorf("fault %s needs every array to be RAID-6 (two nodes out at once); site %s has a RAID-5 array", f, o.Site)
+		}
+	}
+	if slices.Contains(faults, DropFrontendSlowMember) {
+		if err := c.UseFrontendProxies(); err != nil {
+			return res, err
 		}
 	}
 	e.say("cluster of %d nodes starting from %s (work directory %s)", len(c.Config.Nodes), o.Site, c.Workdir)
@@ -310,7 +327,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		defer mp.Close()
 		targets = append(targets, checker.Target{Name: a.Name, Dev: mp, Units: min(o.Units, int(mp.Size()/checker.UnitSize))})
 	}
-	chk, err := checker.New(targets, checker.Options{Workers: o.Workers, MaxRun: 8, ReadPercent: 20, Seed: o.Seed, ErrorBackoff: 50 * time.Millisecond, Logger: o.Logger})
+	// A partition must catch read-backs in flight (a cut-off owner that
+	// still answered reads would serve stale data): more of them then.
+	readPct := 20
+	if slices.Contains(faults, PartitionOwner) {
+		readPct = 50
+	}
+	chk, err := checker.New(targets, checker.Options{Workers: o.Workers, MaxRun: 8, ReadPercent: readPct, Seed: o.Seed, ErrorBackoff: 50 * time.Millisecond, Logger: o.Logger})
 	if err != nil {
 		return res, err
 	}
@@ -319,7 +342,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	workDone := make(chan struct{})
 	go func() { _ = chk.Run(wctx); close(workDone) }()
 	e.start = time.Now()
-	e.say("workload running: %d arrays x %d units, %d writers each, 20%% read-backs", len(targets), o.Units, o.Workers)
+	e.say("workload running: %d arrays x %d units, %d writers each, %d%% read-backs", len(targets), o.Units, o.Workers, readPct)
 	e.settle(ctx, 3*time.Second, 200)
 
 	deadline := time.Now().Add(o.Duration)
@@ -425,6 +448,12 @@ func (e *env) inject(ctx context.Context, f string) Injection {
 		err = e.restartResync(ctx, &in)
 	case FailDrive:
 		err = e.failDrive(ctx, &in)
+	case FreezeEtcdVoter:
+		err = e.freezeEtcdVoter(ctx, &in)
+	case FreezeQueuedRepair:
+		err = e.freezeQueuedRepair(ctx, &in)
+	case DropFrontendSlowMember:
+		err = e.dropFrontendSlowMember(ctx, &in)
 	}
 	if err != nil {
 		in.Err = err.Error()
@@ -580,7 +609,7 @@ func (e *env) freezeOwner(ctx context.Context, in *Injection) error {
 	// the lost lease, and backend I/O refused by the new reservations.
 	time.Sleep(2 * time.Second)
 	refused := e.c.CountLog(victim, logAt, "reservation conflict")
-	selfFenced := e.c.CountLog(victim, logAt, "self-fencing") > 0
+	selfFenced := e.c.CountLog(victim, logAt, selfFenceMark) > 0
 	in.Detail = fmt.Sprintf("SIGSTOP %s (owner of %s) for %.1fs; %s took over; SIGCONT: self-fenced %v, %d late backend I/Os refused by reservation conflict",
 		victim, array, froze.Seconds(), to, selfFenced, refused)
 	e.say("%s: %s self-fenced %v after SIGCONT; %d late backend I/Os refused by reservation conflict", FreezeOwner, victim, selfFenced, refused)
@@ -598,6 +627,7 @@ func (e *env) partitionOwner(ctx context.Context, in *Injection) error {
 	array := e.pick(names)
 	victim := owners[array]
 	logAt := e.c.LogSize(victim)
+	readsAtCut := e.chk.Progress().Reads
 	e.mark(in)
 	if err := e.o.Netns.Cut(victim); err != nil {
 		return err
@@ -616,10 +646,11 @@ func (e *env) partitionOwner(ctx context.Context, in *Injection) error {
 		return err
 	}
 	time.Sleep(2 * time.Second)
-	selfFenced := e.c.CountLog(victim, logAt, "self-fencing") > 0
+	selfFenced := e.c.CountLog(victim, logAt, selfFenceMark) > 0
 	refused := e.c.CountLog(victim, logAt, "reservation conflict")
-	in.Detail = fmt.Sprintf("cut %s (owner of %s) off the network for %.1fs; %s took over; healed: %s self-fenced %v, %d late backend I/Os refused by reservation conflict",
-		victim, array, cut.Seconds(), to, victim, selfFenced, refused)
+	reads := e.chk.Progress().Reads - readsAtCut
+	in.Detail = fmt.Sprintf("cut %s (owner of %s) off the network for %.1fs; %s took over; %d read-backs checked meanwhile (a stale one is a violation); healed: %s self-fenced %v, %d late backend I/Os refused by reservation conflict",
+		victim, array, cut.Seconds(), to, reads, victim, selfFenced, refused)
 	e.say("%s: healed; %s self-fenced %v, %d late backend I/Os refused by reservation conflict", PartitionOwner, victim, selfFenced, refused)
 	return nil
 }

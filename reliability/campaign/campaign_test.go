@@ -67,7 +67,7 @@ func runShort(t *testing.T, site string, faults []string, seed uint64) Result {
 	}
 	wd := keepDir(t)
 	var out lockedBuilder
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+45*time.Second*time.Duration(len(faults)))
 	defer cancel()
 	res, err := Run(ctx, Options{
 		Site: site, Binary: bin, Workdir: wd, PortShift: shift, Faults: faults, Seed: seed,
@@ -154,6 +154,25 @@ func TestShortRAID5(t *testing.T) {
 // the RAID engine's log replay.
 func TestShortRAID6(t *testing.T) {
 	runShort(t, "raid6-6node.yaml", []string{KillTwo}, 2)
+}
+
+// TestFreezeEtcdVoterAndDroppedFrontend runs issue 12's schedules for
+// holes 6 and 2 on the 5-node RAID-5 site: an embedded etcd voter frozen
+// past the lease TTL, first the coordinator's node, then another voter
+// (only the frozen node's arrays may move, once; nobody else fences
+// itself); then the host's connections to an owner reset mid-write while
+// one of the array's member nodes is slow (no acknowledged write may be
+// overwritten by a command of the dead connection).
+func TestFreezeEtcdVoterAndDroppedFrontend(t *testing.T) {
+	runShort(t, "local5.yaml", []string{FreezeEtcdVoter, FreezeEtcdVoter, DropFrontendSlowMember}, 3)
+}
+
+// TestFreezeWithQueuedRepair runs issue 12's schedule for hole 1 on the
+// RAID-6 site (a member node and the owner out at once): the thawed
+// ex-owner has a queued repair and an old epoch; the new owner must keep
+// its reservations and nothing may be lost or stale.
+func TestFreezeWithQueuedRepair(t *testing.T) {
+	runShort(t, "raid6-6node.yaml", []string{FreezeQueuedRepair}, 4)
 }
 
 func TestShiftPorts(t *testing.T) {

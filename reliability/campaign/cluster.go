@@ -36,6 +36,9 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	procs map[string]*proc
+	// proxies, when set (UseFrontendProxies), stand between the host and
+	// each node's frontend so that a fault can reset the connections.
+	proxies map[string]*frontProxy
 }
 
 type proc struct {
@@ -231,6 +234,14 @@ func (c *Cluster) running(node string) (*proc, error) {
 	return p, nil
 }
 
+// frozen reports whether node was stopped by Freeze and not thawed.
+func (c *Cluster) frozen(node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.procs[node]
+	return p != nil && p.frozen
+}
+
 // Running reports whether node's process runs (frozen counts as running).
 func (c *Cluster) Running(node string) bool {
 	_, err := c.running(node)
@@ -282,10 +293,44 @@ func (c *Cluster) Thaw(node string) error {
 	return nil
 }
 
+// UseFrontendProxies makes the arrays opened from now on reach each node's
+// frontend through a TCP proxy that ResetFrontend can reset.
+func (c *Cluster) UseFrontendProxies() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proxies != nil {
+		return nil
+	}
+	c.proxies = map[string]*frontProxy{}
+	for _, n := range c.Config.Nodes {
+		p, err := newFrontProxy(n.AdvertiseAddr(n.Frontend))
+		if err != nil {
+			return fmt.Errorf("frontend proxy for node %s: %w", n.Name, err)
+		}
+		c.proxies[n.Name] = p
+	}
+	return nil
+}
+
+// ResetFrontend resets (TCP RST) every host connection to node's frontend
+// and returns how many there were; 0 without UseFrontendProxies.
+func (c *Cluster) ResetFrontend(node string) int {
+	c.mu.Lock()
+	p := c.proxies[node]
+	c.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	return p.Reset()
+}
+
 // Close stops every node it started: SIGCONT and SIGTERM, then SIGKILL for
 // those still running after 5 s.
 func (c *Cluster) Close() {
 	c.mu.Lock()
+	for _, p := range c.proxies {
+		_ = p.Close()
+	}
 	ps := make([]*proc, 0, len(c.procs))
 	for _, p := range c.procs {
 		ps = append(ps, p)
@@ -461,7 +506,13 @@ func (c *Cluster) OpenArray(array string, hold time.Duration, log *slog.Logger) 
 		if !c.Running(n.Name) {
 			continue
 		}
-		paths = append(paths, host.PathSpec{Addr: n.AdvertiseAddr(n.Frontend), Options: host.Options{
+		addr := n.AdvertiseAddr(n.Frontend)
+		c.mu.Lock()
+		if p := c.proxies[n.Name]; p != nil {
+			addr = p.Addr()
+		}
+		c.mu.Unlock()
+		paths = append(paths, host.PathSpec{Addr: addr, Options: host.Options{
 			SubNQN:          c.Config.SubsystemNQN(array),
 			HostNQN:         "nqn.2014-08.io.tier0:campaign-host",
 			HostID:          hostID,
