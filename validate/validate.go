@@ -205,6 +205,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	r.res = bench.NewResults(fmt.Sprintf("validate-%s-%s", siteName, started.UTC().Format("20060102T150405Z")), siteName, started, bench.CollectEnvironment(o.Version, siteName))
 	r.res.Run.Mode = map[bool]string{true: "local", false: "cluster"}[o.Local]
 	r.res.Run.Topology = topology(r.cfg)
+	for _, a := range r.cfg.Arrays {
+		r.res.Run.Arrays = append(r.res.Run.Arrays, bench.ArrayShape{Name: a.Name, Level: a.Level, Data: len(a.Members) - a.Parity(), Parity: a.Parity()})
+	}
 	if o.Short {
 		r.res.Run.Notes = append(r.res.Run.Notes, fmt.Sprintf("short run (--short): %s per scenario, the first %s of each array filled, measured and verified", r.t.bench, fmtBytes(r.t.region)))
 	}
