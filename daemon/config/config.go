@@ -440,3 +440,24 @@ func (c *Config) DriveShares(drive string) []string {
 	}
 	return out
 }
+
+// NVMe controller IDs. Every node's frontend serves every array's
+// subsystem, so the controller IDs one node hands out must never collide
+// with another's: the node at position i of nodes gets
+// [1+i*CntlIDsPerNode, 1+(i+1)*CntlIDsPerNode). A controller ID is 16 bits
+// and 0xFFF0-0xFFFF are reserved (0xFFEF is the largest valid one), so a
+// site has at most MaxNodes nodes; validation refuses more.
+const (
+	CntlIDsPerNode = 256
+	maxCntlID      = 0xFFEF
+	MaxNodes       = maxCntlID / CntlIDsPerNode // 255
+)
+
+// CntlIDRange is the controller ID range [base, base+count) of the node at
+// position index of nodes (0 <= index < MaxNodes).
+func CntlIDRange(index int) (base, count uint16) {
+	if index < 0 || index >= MaxNodes {
+		panic(fmt.Sprintf("config: node index %d outside 0..%d (validation admits at most %d nodes)", index, MaxNodes-1, MaxNodes))
+	}
+	return uint16(1 + index*CntlIDsPerNode), CntlIDsPerNode
+}

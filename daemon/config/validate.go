@@ -66,6 +66,10 @@ func (c *Config) validate(earlier []Problem) error {
 	if len(c.Nodes) == 0 {
 		k.add("nodes", "no nodes; expected at least one node with a name, addresses and drives")
 	}
+	if len(c.Nodes) > MaxNodes {
+		k.add("nodes", "%d nodes; expected at most %d: every node's frontend serves every array's NVMe subsystem and hands out controller IDs from its own range of %d, and controller IDs are 16 bits with 0xFFF0-0xFFFF reserved; split the site into clusters of at most %d nodes",
+			len(c.Nodes), MaxNodes, CntlIDsPerNode, MaxNodes)
+	}
 	nodeAt := map[string]int{}
 	driveAt := map[string]string{} // drive name -> key of its first definition
 	driveNode := map[string]string{}

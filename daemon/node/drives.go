@@ -60,11 +60,12 @@ func (n *Node) openDrives() error {
 // Only the cluster's own nodes may connect.
 func (n *Node) startBackend() error {
 	idx := n.nodeIndex()
+	cntlBase, cntlCount := config.CntlIDRange(idx)
 	t, err := target.New(target.Config{
 		Listen:      n.me.ListenAddr(n.me.Backend),
 		Advertise:   n.me.AdvertiseAddr(n.me.Backend),
-		CntlIDBase:  uint16(1 + idx*256),
-		CntlIDCount: 256,
+		CntlIDBase:  cntlBase,
+		CntlIDCount: cntlCount,
 		StateDir:    n.stateDir("backend-resv"),
 		Logger:      n.log.With("layer", "backend"),
 	})

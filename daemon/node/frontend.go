@@ -208,11 +208,12 @@ func (g *gate) Close() error   { return nil }
 // every node.
 func (n *Node) startFrontend(ctx context.Context) error {
 	idx := n.nodeIndex()
+	cntlBase, cntlCount := config.CntlIDRange(idx)
 	t, err := target.New(target.Config{
 		Listen:      n.me.ListenAddr(n.me.Frontend),
 		Advertise:   n.me.AdvertiseAddr(n.me.Frontend),
-		CntlIDBase:  uint16(1 + idx*256),
-		CntlIDCount: 256,
+		CntlIDBase:  cntlBase,
+		CntlIDCount: cntlCount,
 		PortID:      uint16(idx + 1),
 		StateDir:    n.stateDir("frontend-resv"),
 		Logger:      n.log.With("layer", "frontend"),
