@@ -1,0 +1,97 @@
+package blockdev
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock advances only when told; SleepUntil records the wake-up and
+// jumps the clock there (one goroutine at a time in these tests).
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	wakeUp []time.Duration
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) SleepUntil(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wakeUp = append(c.wakeUp, t.Sub(time.Unix(0, 0)))
+	if t.After(c.now) {
+		c.now = t
+	}
+}
+func (c *fakeClock) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+func newFake() *fakeClock { return &fakeClock{now: time.Unix(0, 0)} }
+
+// TestShapedBandwidthAndIOPS: back-to-back requests complete at the
+// model's rate: 1 MiB reads at 100 MiB/s every 10 ms; 4 KiB writes at
+// 1000 IOPS every 1 ms (their transfer time is smaller); a latency floor
+// when idle.
+func TestShapedBandwidthAndIOPS(t *testing.T) {
+	clk := newFake()
+	m := Model{ReadBytesPerS: 100 << 20, WriteBytesPerS: 100 << 20, ReadIOPS: 1e6, WriteIOPS: 1000, ReadLatency: 50 * time.Microsecond, WriteLatency: 20 * time.Microsecond}
+	d := NewShaped(NewMem(64<<20, 4096), m, clk)
+	buf := make([]byte, 1<<20)
+	for i := 0; i < 3; i++ {
+		if _, err := d.ReadAt(buf, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first request draws on the 2 ms burst credit.
+	if got, want := clk.now.Sub(time.Unix(0, 0)), 28*time.Millisecond; got != want {
+		t.Errorf("3 x 1 MiB at 100 MiB/s took %s, want %s (30 ms less the 2 ms burst)", got, want)
+	}
+	clk.advance(time.Second) // idle: the budget refills, up to the burst
+	start := clk.now
+	small := make([]byte, 4096)
+	for i := 0; i < 10; i++ {
+		if _, err := d.WriteAt(small, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := clk.now.Sub(start), 8*time.Millisecond; got != want {
+		t.Errorf("10 x 4 KiB writes at 1000 IOPS took %s, want %s", got, want)
+	}
+	clk.advance(time.Second)
+	start = clk.now
+	if _, err := d.ReadAt(small, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := clk.now.Sub(start); got != 50*time.Microsecond {
+		t.Errorf("idle 4 KiB read took %s, want the 50µs latency floor", got)
+	}
+	if _, ok := d.(FUAWriter); !ok {
+		t.Error("a shaped Mem lost FUAWriter")
+	}
+}
+
+// TestShapedLinkIsShared: two drives on one link share its byte rate.
+func TestShapedLinkIsShared(t *testing.T) {
+	clk := newFake()
+	link := NewLinkBudget(clk, 10<<20, 0)
+	fast := Model{ReadBytesPerS: 1 << 30}
+	a := NewShaped(NewMem(8<<20, 4096), fast, clk, link)
+	b := NewShaped(NewMem(8<<20, 4096), fast, clk, link)
+	buf := make([]byte, 1<<20)
+	for i := 0; i < 5; i++ {
+		a.ReadAt(buf, 0)
+		b.ReadAt(buf, 0)
+	}
+	if got, want := clk.now.Sub(time.Unix(0, 0)), time.Second; got != want {
+		t.Errorf("10 MiB over a 10 MiB/s link took %s, want %s", got, want)
+	}
+}
+
+func TestModelScaled(t *testing.T) {
+	m := Model{ReadBytesPerS: 1000, WriteBytesPerS: 500, ReadIOPS: 100, WriteIOPS: 10, ReadLatency: time.Millisecond}.Scaled(0.1)
+	if m.ReadBytesPerS != 100 || m.WriteBytesPerS != 50 || m.ReadIOPS != 10 || m.WriteIOPS != 1 || m.ReadLatency != time.Millisecond {
+		t.Errorf("Scaled = %+v", m)
+	}
+	if c := (Model{}).cost(true, 1<<20); c != 0 {
+		t.Errorf("an unlimited model costs %s", c)
+	}
+}
