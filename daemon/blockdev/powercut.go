@@ -1,9 +1,13 @@
 package blockdev
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"sync"
+	"time"
 )
 
 // PowerCut wraps a Device to model a drive's volatile write cache for
@@ -22,6 +26,11 @@ import (
 // Limit blocks are kept apart it writes them all through (without a
 // flush of the device underneath, which is then the device's business).
 //
+// For tests of slow and failing drives it also injects a delay before
+// every request, or fails every request with ErrIO (SetFault), set by a
+// test or read from a control file (Watch). With WriteThrough it keeps
+// nothing apart and only injects those faults.
+//
 // Safe for concurrent use; concurrent overlapping writes have no defined
 // order (the Device contract).
 type PowerCut struct {
@@ -30,6 +39,15 @@ type PowerCut struct {
 	// Limit is how many blocks may be kept apart before PowerCut
 	// destages them (default 16384: 64 MiB of 4 KiB blocks).
 	Limit int
+	// WriteThrough passes every write straight through (no power-loss
+	// model); set it before use.
+	WriteThrough bool
+
+	fmu      sync.Mutex
+	delay    time.Duration
+	failErr  error
+	stopOnce sync.Once
+	stop     chan struct{}
 
 	flushMu sync.Mutex // one Flush (or destage) at a time
 	mu      sync.RWMutex
@@ -39,7 +57,79 @@ type PowerCut struct {
 
 // NewPowerCut wraps dev; nothing is kept apart yet.
 func NewPowerCut(dev Device) *PowerCut {
-	return &PowerCut{dev: dev, bs: int64(dev.BlockSize()), Limit: 16384, overlay: map[int64]*[]byte{}}
+	return &PowerCut{dev: dev, bs: int64(dev.BlockSize()), Limit: 16384, overlay: map[int64]*[]byte{}, stop: make(chan struct{})}
+}
+
+// SetFault makes every later request wait delay and then, when fail is
+// set, fail with an error wrapping ErrIO. SetFault(0, false) clears it.
+func (p *PowerCut) SetFault(delay time.Duration, fail bool) {
+	p.fmu.Lock()
+	defer p.fmu.Unlock()
+	p.delay, p.failErr = delay, nil
+	if fail {
+		p.failErr = fmt.Errorf("power-cut device: injected media error: %w", ErrIO)
+	}
+}
+
+// ParseFault reads a control file's text: empty (no fault), "slow D" (a
+// delay D before every request, a time.Duration) or "error" (every
+// request fails).
+func ParseFault(text string) (time.Duration, bool, error) {
+	f := strings.Fields(text)
+	switch {
+	case len(f) == 0:
+		return 0, false, nil
+	case f[0] == "error" && len(f) == 1:
+		return 0, true, nil
+	case f[0] == "slow" && len(f) == 2:
+		d, err := time.ParseDuration(f[1])
+		if err != nil || d < 0 {
+			return 0, false, fmt.Errorf("fault %q: bad delay: want e.g. \"slow 500ms\"", text)
+		}
+		return d, false, nil
+	}
+	return 0, false, fmt.Errorf("fault %q unknown; expected empty, \"slow DURATION\" or \"error\"", text)
+}
+
+// Watch applies the fault named in the file at path (ParseFault; a
+// missing file is no fault) every 100 ms until Close.
+func (p *PowerCut) Watch(path string) {
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		last := "\x00"
+		for {
+			b, err := os.ReadFile(path)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				b = nil
+			}
+			if s := string(b); s != last {
+				last = s
+				if d, fail, err := ParseFault(s); err == nil {
+					p.SetFault(d, fail)
+				}
+			}
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// fault applies the injected delay and error.
+func (p *PowerCut) fault() error {
+	p.fmu.Lock()
+	d, err := p.delay, p.failErr
+	p.fmu.Unlock()
+	if d > 0 {
+		select {
+		case <-time.After(d):
+		case <-p.stop:
+		}
+	}
+	return err
 }
 
 // Inner returns the wrapped device.
@@ -54,6 +144,7 @@ func (p *PowerCut) BlockSize() int { return p.dev.BlockSize() }
 // Close implements Device: the kept-apart writes are dropped (a clean
 // shutdown flushes first).
 func (p *PowerCut) Close() error {
+	p.stopOnce.Do(func() { close(p.stop) })
 	p.Cut()
 	return p.dev.Close()
 }
@@ -86,6 +177,9 @@ func (p *PowerCut) ReadAt(b []byte, off int64) (int, error) {
 	if err := CheckRange(off, int64(len(b)), p.Size(), p.BlockSize()); err != nil {
 		return 0, fmt.Errorf("power-cut device: %w", err)
 	}
+	if err := p.fault(); err != nil {
+		return 0, err
+	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	n, err := p.dev.ReadAt(b, off)
@@ -112,6 +206,18 @@ func (p *PowerCut) ReadAt(b []byte, off int64) (int, error) {
 func (p *PowerCut) keep(b []byte, off, length int64) error {
 	if err := CheckRange(off, length, p.Size(), p.BlockSize()); err != nil {
 		return fmt.Errorf("power-cut device: %w", err)
+	}
+	if err := p.fault(); err != nil {
+		return err
+	}
+	if p.WriteThrough {
+		switch {
+		case b != nil:
+			_, err := p.dev.WriteAt(b, off)
+			return err
+		default:
+			return p.dev.WriteZeroes(off, length)
+		}
 	}
 	p.mu.Lock()
 	for blk := off / p.bs; blk < (off+length)/p.bs; blk++ {
@@ -150,6 +256,9 @@ func (p *PowerCut) WriteAtFUA(b []byte, off int64) (int, error) {
 	if err := CheckRange(off, int64(len(b)), p.Size(), p.BlockSize()); err != nil {
 		return 0, fmt.Errorf("power-cut device: %w", err)
 	}
+	if err := p.fault(); err != nil {
+		return 0, err
+	}
 	// No write-back may run meanwhile (it could put an older kept-apart
 	// block over this one), and no read may see the older kept-apart
 	// block over the newer durable one.
@@ -176,6 +285,9 @@ func (p *PowerCut) WriteAtFUA(b []byte, off int64) (int, error) {
 // Flush implements Device: every write kept apart when it was called is
 // written through, then the device is flushed.
 func (p *PowerCut) Flush() error {
+	if err := p.fault(); err != nil {
+		return err
+	}
 	if err := p.writeBack(); err != nil {
 		return err
 	}

@@ -2,8 +2,12 @@ package blockdev
 
 import (
 	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 func pcFill(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
@@ -130,4 +134,65 @@ func TestPowerCutDestagesPastLimit(t *testing.T) {
 	if _, err := p.ReadAt(make([]byte, 100), 0); err == nil {
 		t.Fatal("misaligned read accepted")
 	}
+}
+
+func TestPowerCutInjectedFaults(t *testing.T) {
+	base := NewMem(64*4096, 4096)
+	p := NewPowerCut(base)
+	p.WriteThrough = true
+	defer p.Close()
+	if _, err := p.WriteAt(pcFill(4096, 7), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBlock(t, base, 0); got[0] != 7 {
+		t.Fatalf("write-through did not reach the base device: %#x", got[0])
+	}
+	p.Cut()
+	if got := readBlock(t, p, 0); got[0] != 7 {
+		t.Fatalf("write-through data lost in a cut: %#x", got[0])
+	}
+	p.SetFault(0, true)
+	if _, err := p.ReadAt(make([]byte, 4096), 0); !errors.Is(err, ErrIO) {
+		t.Fatalf("read with an injected error: %v, want ErrIO", err)
+	}
+	if _, err := p.WriteAtFUA(pcFill(4096, 8), 0); !errors.Is(err, ErrIO) {
+		t.Fatalf("FUA write with an injected error: %v", err)
+	}
+	if err := p.Flush(); !errors.Is(err, ErrIO) {
+		t.Fatalf("flush with an injected error: %v", err)
+	}
+	// A control file sets and clears the fault.
+	path := filepath.Join(t.TempDir(), "A1")
+	p.SetFault(0, false)
+	p.Watch(path)
+	if err := os.WriteFile(path, []byte("error\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, err := p.ReadAt(make([]byte, 4096), 0); return err != nil })
+	if err := os.WriteFile(path, []byte(""), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, err := p.ReadAt(make([]byte, 4096), 0); return err == nil })
+	for text, want := range map[string]time.Duration{"slow 250ms": 250 * time.Millisecond, "": 0} {
+		if d, fail, err := ParseFault(text); err != nil || fail || d != want {
+			t.Errorf("ParseFault(%q) = %v %v %v", text, d, fail, err)
+		}
+	}
+	for _, bad := range []string{"slow", "slow -1s", "fire", "error now"} {
+		if _, _, err := ParseFault(bad); err == nil {
+			t.Errorf("ParseFault(%q) accepted", bad)
+		}
+	}
+}
+
+// waitFor polls cond (the watcher applies a control file within 100 ms).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for range 500 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not reached in 5 s")
 }
