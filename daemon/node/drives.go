@@ -45,11 +45,17 @@ func (n *Node) openDrives() error {
 			return fmt.Errorf("drive %s (%s): %w; check the path in %s or that the device is present", d.Name, path, err, n.cfg.File)
 		}
 		n.drives[d.Name] = dev
-		if os.Getenv("TIER0_NEMESIS_POWERCUT") == "1" {
-			// Test-only hook (reliability/nemesis, docs/RELIABILITY.md):
+		if pc, ctl := os.Getenv("TIER0_NEMESIS_POWERCUT") == "1", os.Getenv("TIER0_NEMESIS_DISKCTL"); pc || ctl != "" {
+			// Test-only hooks (reliability/nemesis, docs/RELIABILITY.md):
 			// unflushed, non-FUA writes stay in this process's memory, so
-			// a kill -9 is a power loss of this node's drives.
-			n.drives[d.Name] = blockdev.NewPowerCut(dev)
+			// a kill -9 is a power loss of this node's drives; the file
+			// $TIER0_NEMESIS_DISKCTL/<drive> injects delays or errors.
+			w := blockdev.NewPowerCut(dev)
+			w.WriteThrough = !pc
+			if ctl != "" {
+				w.Watch(filepath.Join(ctl, d.Name))
+			}
+			n.drives[d.Name] = w
 		}
 	}
 	return nil
