@@ -17,6 +17,7 @@ import (
 
 	"tier0/daemon/api"
 	"tier0/daemon/blockdev"
+	"tier0/daemon/cluster"
 	"tier0/daemon/config"
 	"tier0/daemon/host"
 	"tier0/reliability/campaign"
@@ -24,9 +25,14 @@ import (
 	"tier0/reliability/history"
 )
 
-// PowerCutEnv is the test-only hook that makes tier0d open its drives
-// through blockdev.PowerCut (daemon/node/drives.go).
-const PowerCutEnv = "TIER0_NEMESIS_POWERCUT"
+// The test-only hooks of tier0d (daemon/node/drives.go): PowerCutEnv=1
+// opens its drives through blockdev.PowerCut (every kill -9 is a power
+// loss), DiskCtlEnv names a directory whose file <drive> injects delays
+// or errors into that drive.
+const (
+	PowerCutEnv = "TIER0_NEMESIS_POWERCUT"
+	DiskCtlEnv  = "TIER0_NEMESIS_DISKCTL"
+)
 
 // Options configure a nemesis campaign.
 type Options struct {
@@ -147,6 +153,8 @@ type env struct {
 	names []string
 	log   *slog.Logger
 	http  *http.Client
+
+	diskctl string // DiskCtlEnv's directory ("" when off)
 
 	mu     sync.Mutex
 	downs  map[string]int // process faults holding a node down
@@ -281,17 +289,20 @@ func setup(ctx context.Context, o Options) (*env, error) {
 	if e.net, err = StartNet(cfg); err != nil {
 		return nil, err
 	}
-	if slices.Contains(o.Kinds, PowerLoss) {
-		// Every node's drives keep unflushed writes in process memory,
-		// so that every kill -9 is a power loss of its drives.
-		os.Setenv(PowerCutEnv, "1")
-		defer os.Unsetenv(PowerCutEnv)
+	if slices.Contains(o.Kinds, SlowDisk) || slices.Contains(o.Kinds, DiskError) {
+		e.diskctl = filepath.Join(o.Workdir, "diskctl")
+		if err := os.MkdirAll(e.diskctl, 0o755); err != nil {
+			return nil, err
+		}
 	}
+	restore := e.hookEnv()
 	e.c, err = campaign.StartLocal(ctx, campaign.LocalOptions{Site: site, Binary: o.Binary, Workdir: filepath.Join(o.Workdir, "cluster"), Logger: o.Logger})
 	if err != nil {
+		restore()
 		e.net.Close()
 		return nil, err
 	}
+	restore()
 	if _, bad, err := e.c.WaitHealthy(ctx, 2*time.Minute); err != nil {
 		e.close()
 		return nil, fmt.Errorf("cluster did not become healthy (%v; node logs in %s): %w", bad, e.c.Workdir, err)
@@ -501,11 +512,29 @@ func (e *env) up(node string) error {
 	if e.downs[node] > 0 || e.c.Running(node) {
 		return nil
 	}
+	defer e.hookEnv()()
+	return e.c.Start(node)
+}
+
+// hookEnv sets the daemon's test hooks in this process's environment
+// (which the nodes it starts inherit) and returns what undoes it. With
+// power-loss among the kinds every node's drives keep unflushed writes in
+// process memory, so that every kill -9 is a power loss of its drives.
+func (e *env) hookEnv() func() {
+	var set []string
 	if slices.Contains(e.o.Kinds, PowerLoss) {
 		os.Setenv(PowerCutEnv, "1")
-		defer os.Unsetenv(PowerCutEnv)
+		set = append(set, PowerCutEnv)
 	}
-	return e.c.Start(node)
+	if e.diskctl != "" {
+		os.Setenv(DiskCtlEnv, e.diskctl)
+		set = append(set, DiskCtlEnv)
+	}
+	return func() {
+		for _, k := range set {
+			os.Unsetenv(k)
+		}
+	}
 }
 
 func (e *env) stopNode(node string) error {
@@ -626,6 +655,21 @@ func (e *env) inject(ctx context.Context, f Fault, t0 time.Time) error {
 		}
 		until()
 		return e.apiCall(ctx, "undrain "+f.Node, func(c *api.Client) error { return c.Undrain(ctx, f.Node) })
+	case SlowDisk, DiskError:
+		d := e.site.Drives[f.Node][f.Param[0]]
+		ctl := "error"
+		if f.Kind == SlowDisk {
+			ctl = fmt.Sprintf("slow %dms", f.Param[1])
+		}
+		path := filepath.Join(e.diskctl, d)
+		if err := os.WriteFile(path, []byte(ctl), 0o644); err != nil {
+			return err
+		}
+		until()
+		if err := os.WriteFile(path, nil, 0o644); err != nil {
+			return err
+		}
+		return e.replaceIfFailed(ctx, d)
 	case FailDrive:
 		d := e.site.Drives[f.Node][f.Param[0]]
 		if err := e.apiCall(ctx, "fail drive "+d, func(c *api.Client) error { return c.FailDrive(ctx, d) }); err != nil {
@@ -644,6 +688,40 @@ func (e *env) inject(ctx context.Context, f Fault, t0 time.Time) error {
 		}
 	}
 	return fmt.Errorf("fault kind %q unknown", f.Kind)
+}
+
+// replaceIfFailed replaces drive d when an array counts its member failed
+// (a healed drive fault leaves the member failed until it is replaced).
+func (e *env) replaceIfFailed(ctx context.Context, d string) error {
+	sleep(ctx, time.Second) // the control file is read every 100 ms
+	deadline := time.Now().Add(e.o.RecoverBound)
+	for {
+		var failed bool
+		err := e.apiCall(ctx, "arrays", func(c *api.Client) error {
+			as, err := c.Arrays(ctx)
+			for _, a := range as {
+				for _, m := range a.Members {
+					if m.Drive == d && (m.State == cluster.MemberDriveFailed) {
+						failed = true
+					}
+				}
+			}
+			return err
+		})
+		if err == nil && !failed {
+			return nil
+		}
+		if err == nil {
+			err = e.apiCall(ctx, "replace drive "+d, func(c *api.Client) error { return c.ReplaceDrive(ctx, d) })
+			if err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		sleep(ctx, time.Second)
+	}
 }
 
 // Ensure the multipath device is what the checker writes with FUA.

@@ -49,16 +49,18 @@ const (
 	Reset        = "reset"         // a link's connections are reset (RST), new ones too
 	OneWay       = "one-way"       // one direction of a link stalls
 	Partition    = "partition"     // every link into a node stalls; its outbound links work
+	SlowDisk     = "slow-disk"     // every request to one of a node's drives waits 0.5-3 s
+	DiskError    = "disk-error"    // every request to one of a node's drives fails (media error)
 	Drain        = "drain"         // drain a node through the API; undrain when the fault ends
 	FailDrive    = "fail-drive"    // fail a member drive through the API; replace it when the fault ends
 )
 
 // AllKinds lists every kind, the default of --nemesis all.
-var AllKinds = []string{Kill, Freeze, RestartStorm, PowerLoss, Latency, Bandwidth, Stall, Reset, OneWay, Partition, Drain, FailDrive}
+var AllKinds = []string{Kill, Freeze, RestartStorm, PowerLoss, SlowDisk, DiskError, Latency, Bandwidth, Stall, Reset, OneWay, Partition, Drain, FailDrive}
 
 // disruptive kinds take their node out (or part of it); they count against
 // the parity and quorum budget.
-var disruptive = map[string]bool{Kill: true, Freeze: true, RestartStorm: true, PowerLoss: true, Stall: true, Reset: true, OneWay: true, Partition: true, Drain: true, FailDrive: true}
+var disruptive = map[string]bool{Kill: true, Freeze: true, RestartStorm: true, PowerLoss: true, Stall: true, Reset: true, OneWay: true, Partition: true, Drain: true, FailDrive: true, SlowDisk: true, DiskError: true}
 
 // linkKinds act on one link.
 var linkKinds = map[string]bool{Latency: true, Bandwidth: true, Stall: true, Reset: true, OneWay: true}
@@ -85,7 +87,7 @@ func ParseKinds(s string) ([]string, error) {
 		case k == "network":
 			out = append(out, Latency, Bandwidth, Stall, Reset, OneWay, Partition)
 		case k == "disk":
-			out = append(out, PowerLoss)
+			out = append(out, PowerLoss, SlowDisk, DiskError)
 		case k == "ops":
 			out = append(out, Drain, FailDrive)
 		case slices.Contains(AllKinds, k):
@@ -245,14 +247,23 @@ func Generate(seed uint64, kinds []string, site Site, window time.Duration) Sche
 			f.Detail = "asymmetric partition: every link into the node stalls, its own connections out work"
 		case Drain:
 			f.Detail = "drain through the API (its arrays move away), undrain at the end (failback)"
-		case FailDrive:
+		case FailDrive, SlowDisk, DiskError:
 			ds := site.Drives[node]
 			if len(ds) == 0 {
 				continue
 			}
-			d := ds[rng.IntN(len(ds))]
-			f.Detail = "fail drive " + d + " through the API, replace it at the end (rebuild)"
-			f.Param = []int64{int64(slices.Index(ds, d))}
+			i := rng.IntN(len(ds))
+			f.Param = []int64{int64(i)}
+			switch k {
+			case FailDrive:
+				f.Detail = "fail drive " + ds[i] + " through the API, replace it at the end (rebuild)"
+			case SlowDisk:
+				ms := 500 + rng.Int64N(2500)
+				f.Param = append(f.Param, ms)
+				f.Detail = fmt.Sprintf("every request to drive %s waits %dms; replaced at the end if its member failed", ds[i], ms)
+			case DiskError:
+				f.Detail = "every request to drive " + ds[i] + " fails (media error); replaced at the end if its member failed"
+			}
 		}
 		s.Faults = append(s.Faults, f)
 	}
