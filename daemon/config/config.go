@@ -40,6 +40,8 @@ type Config struct {
 	Policies     Policies     `mapstructure:"policies" json:"policies"`
 	Slurm        Slurm        `mapstructure:"slurm" json:"slurm"`
 	GDS          GDS          `mapstructure:"gds" json:"gds"`
+	// Model is the performance model of a local site (model.go).
+	Model PerfModel `mapstructure:"model" json:"model,omitempty"`
 }
 
 // Node is one machine running tier0d.
@@ -63,6 +65,8 @@ type Node struct {
 	Etcd EtcdPorts `mapstructure:"etcd" json:"etcd"`
 	// Drives are the node's local NVMe drives.
 	Drives []Drive `mapstructure:"drives" json:"drives"`
+	// Link is the node's modelled network link (model.go; nil: none).
+	Link *Link `mapstructure:"link" json:"link,omitempty"`
 }
 
 // Endpoint is one listener.
@@ -96,6 +100,8 @@ type Drive struct {
 	// Size is the size of a file-backed drive, created if missing
 	// ("64MiB", "1GiB" or a byte count); 0 for real devices.
 	Size Size `mapstructure:"size" json:"size,omitempty"`
+	// Model is the drive's performance model (model.go; nil: none).
+	Model *DriveModel `mapstructure:"model" json:"model,omitempty"`
 }
 
 // Array is one RAID array served as a cluster-wide namespace.

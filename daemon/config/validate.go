@@ -347,6 +347,7 @@ func (c *Config) validate(earlier []Problem) error {
 		}
 	}
 
+	c.validateModel(k) // model.go
 	// Automatic placement, once everything it depends on is sound.
 	if arraysOK && !hasArrayOrNodeProblem(k.probs) {
 		c.resolvePlacement(k)
