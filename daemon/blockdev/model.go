@@ -200,3 +200,25 @@ func (s *shapedFUA) WriteAtFUA(p []byte, off int64) (int, error) {
 	s.clk.SleepUntil(done)
 	return n, err
 }
+
+var (
+	linksMu sync.Mutex
+	links   = map[string]*LinkBudget{}
+)
+
+// SharedLink returns the process's link budget named key (a node), made
+// at bytesPerSec on first use; nil when bytesPerSec is not positive (no
+// link model). Every drive of a node shares its link.
+func SharedLink(key string, bytesPerSec float64) *LinkBudget {
+	if bytesPerSec <= 0 {
+		return nil
+	}
+	linksMu.Lock()
+	defer linksMu.Unlock()
+	l := links[key]
+	if l == nil {
+		l = NewLinkBudget(nil, bytesPerSec, 2*time.Millisecond)
+		links[key] = l
+	}
+	return l
+}

@@ -95,3 +95,13 @@ func TestModelScaled(t *testing.T) {
 		t.Errorf("an unlimited model costs %s", c)
 	}
 }
+
+func TestSharedLink(t *testing.T) {
+	if SharedLink("t/A", 0) != nil {
+		t.Error("a zero link rate made a budget")
+	}
+	a, b := SharedLink("t/A", 100), SharedLink("t/A", 100)
+	if a == nil || a != b || SharedLink("t/B", 100) == a {
+		t.Error("one node's drives do not share one link budget, or two nodes share one")
+	}
+}
