@@ -91,7 +91,53 @@ type Result struct {
 	Injected  map[string]int `json:"injected"`
 	Ops       int            `json:"ops_checked"`
 	Anomalies map[string]int `json:"anomalies,omitempty"`
-	Elapsed   time.Duration  `json:"elapsed_ns"`
+	// Table counts, per fault kind and per overlapping pair of kinds
+	// ("freeze+latency"), the runs that had it, their operations checked
+	// and their anomalies.
+	Table   map[string]*Cell `json:"table"`
+	Elapsed time.Duration    `json:"elapsed_ns"`
+}
+
+// Cell is one row of Result.Table.
+type Cell struct {
+	Runs      int `json:"runs"`
+	Ops       int `json:"ops"`
+	Anomalies int `json:"anomalies"`
+}
+
+// rows are the Table rows a run counts in: each kind of its schedule, and
+// each pair of kinds whose faults overlap in time.
+func rows(s Schedule) []string {
+	var out []string
+	for i, f := range s.Faults {
+		out = append(out, f.Kind)
+		for _, g := range s.Faults[i+1:] {
+			if g.Start < f.End() && f.Start < g.End() {
+				k := []string{f.Kind, g.Kind}
+				slices.Sort(k)
+				out = append(out, k[0]+"+"+k[1])
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func (r *Result) count(rr RunResult) {
+	n := 0
+	for _, v := range rr.Anomalies {
+		n += v
+	}
+	for _, k := range rows(rr.Schedule) {
+		c := r.Table[k]
+		if c == nil {
+			c = &Cell{}
+			r.Table[k] = c
+		}
+		c.Runs++
+		c.Ops += rr.History.Ops
+		c.Anomalies += n
+	}
 }
 
 // ErrAnomaly is wrapped by Result.Err when any run found an anomaly.
@@ -129,6 +175,13 @@ func (r Result) Summary() string {
 	fmt.Fprintf(&b, "faults injected: %s\n", kindCounts(r.Injected))
 	fmt.Fprintf(&b, "operations checked: %d\n", r.Ops)
 	fmt.Fprintf(&b, "anomalies: %s\n", kindCounts(r.Anomalies))
+	if len(r.Table) > 0 {
+		fmt.Fprintf(&b, "%-28s %5s %9s %9s\n", "kind / overlap", "runs", "ops", "anomalies")
+		for _, k := range slices.Sorted(maps.Keys(r.Table)) {
+			c := r.Table[k]
+			fmt.Fprintf(&b, "%-28s %5d %9d %9d\n", k, c.Runs, c.Ops, c.Anomalies)
+		}
+	}
 	for _, rr := range r.Runs {
 		if rr.Report != "" {
 			fmt.Fprintf(&b, "--- run %d, seed %d\n%s%s", rr.Run, rr.Seed, rr.Schedule, rr.Report)
@@ -189,7 +242,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	res := Result{Site: o.Site, Kinds: o.Kinds, Injected: map[string]int{}, Anomalies: map[string]int{}}
+	res := Result{Site: o.Site, Kinds: o.Kinds, Injected: map[string]int{}, Anomalies: map[string]int{}, Table: map[string]*Cell{}}
 	start := time.Now()
 	e, err := setup(ctx, o)
 	if err != nil {
@@ -206,6 +259,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return res, fmt.Errorf("run %d (seed %d): %w", r, o.Seed+uint64(r), err)
 		}
 		res.Runs = append(res.Runs, rr)
+		res.count(rr)
 		for k, v := range rr.Injected {
 			res.Injected[k] += v
 		}

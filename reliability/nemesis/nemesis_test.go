@@ -16,6 +16,7 @@ import (
 
 	"tier0/daemon/config"
 	"tier0/reliability/campaign"
+	"tier0/reliability/history"
 )
 
 var site5 = Site{Nodes: []string{"A", "B", "C", "D", "E"}, EtcdPeers: []string{"A", "B", "C"}, Parity: 1, LeaseTTL: 3 * time.Second,
@@ -287,6 +288,15 @@ func TestResultSummaryAndErr(t *testing.T) {
 	}
 	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "seeds 8") {
 		t.Fatalf("Err %v: want the failing seed named", err)
+	}
+	r.Table = map[string]*Cell{}
+	r.count(RunResult{Schedule: Schedule{Faults: []Fault{{Kind: Kill, Start: 0, Dur: 5e9}, {Kind: Latency, Start: 4e9, Dur: 1e9}, {Kind: Freeze, Start: 6e9, Dur: 1e9}}},
+		History: history.Result{Ops: 10}, Anomalies: map[string]int{"stale": 2}})
+	if c := r.Table["kill+latency"]; c == nil || *c != (Cell{Runs: 1, Ops: 10, Anomalies: 2}) || r.Table["freeze+kill"] != nil || r.Table["freeze"] == nil {
+		t.Fatalf("table %v: want kill+latency (they overlap), not freeze+kill (they do not)", r.Table)
+	}
+	if !strings.Contains(r.Summary(), "kill+latency") {
+		t.Fatalf("summary lacks the table:\n%s", r.Summary())
 	}
 	r.Anomalies, r.Runs[1].Anomalies = nil, nil
 	if r.Err() != nil || !strings.Contains(r.Summary(), "PASSED") {
