@@ -45,6 +45,10 @@ func (n *Node) openDrives() error {
 			return fmt.Errorf("drive %s (%s): %w; check the path in %s or that the device is present", d.Name, path, err, n.cfg.File)
 		}
 		n.drives[d.Name] = dev
+		if m, link, _, ok := n.cfg.DriveModelOf(d.Name); ok {
+			// A local site's performance model (drives[].model, docs/BENCH.md).
+			n.drives[d.Name] = blockdev.NewShaped(dev, blockdev.Model(m), nil, blockdev.SharedLink(n.cfg.Cluster+"/"+n.me.Name, link))
+		}
 		if pc, ctl := os.Getenv("TIER0_NEMESIS_POWERCUT") == "1", os.Getenv("TIER0_NEMESIS_DISKCTL"); pc || ctl != "" {
 			// Test-only hooks (reliability/nemesis, docs/RELIABILITY.md):
 			// unflushed, non-FUA writes stay in this process's memory, so
