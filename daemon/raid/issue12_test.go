@@ -21,13 +21,14 @@ import (
 type lateDev struct {
 	blockdev.Device
 	armed atomic.Bool
+	at    int64 // the member offset whose read is late
 	hold  time.Duration
 	done  chan struct{}
 	once  sync.Once
 }
 
 func (d *lateDev) ReadAt(p []byte, off int64) (int, error) {
-	if off < 2*sbSlotSize || !d.armed.CompareAndSwap(true, false) {
+	if off != d.at || !d.armed.CompareAndSwap(true, false) {
 		return d.Device.ReadAt(p, off)
 	}
 	time.Sleep(d.hold)
@@ -46,15 +47,17 @@ func (d *lateDev) ReadAt(p []byte, off int64) (int, error) {
 func TestTimedOutMemberNeverTouchesReturnedBuffer(t *testing.T) {
 	ev := &events{}
 	ms := newMems(3, memSize)
-	late := &lateDev{Device: ms[1], hold: 1500 * time.Millisecond, done: make(chan struct{})}
+	late := &lateDev{Device: ms[1], hold: 4 * time.Second, done: make(chan struct{})}
 	d := devs(ms)
 	d[1] = late
 	cfg := testCfg(RAID5, ev)
-	cfg.IOTimeout = 100 * time.Millisecond
 	a := mustCreate(t, d, cfg)
 	rng := rand.New(rand.NewSource(3))
 	want := randBuf(rng, int(a.Size()))
 	mustWrite(t, a, 0, want)
+	// Long enough that a loaded machine does not trip it on the healthy
+	// members, well below the late member's hold.
+	a.pol.IOTimeout = time.Second
 	// Stripe 0's data chunk on member 1.
 	var off int64 = -1
 	for i := 0; i < a.geo.DataDisks; i++ {
@@ -88,12 +91,17 @@ func TestTimedOutMemberNeverTouchesReturnedBuffer(t *testing.T) {
 			}
 		}
 	}()
+	late.at = a.moff(0, 0)
 	late.armed.Store(true)
 	buf := make([]byte, a.geo.ChunkSize)
 	if _, err := a.ReadAt(buf, off); err != nil {
 		t.Fatalf("read with a late member: %v", err)
 	}
-	<-late.done
+	select {
+	case <-late.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the late member request was never issued")
+	}
 	close(stop)
 	churn.Wait()
 	expectEqual(t, "the caller's buffer after the late member request ended", buf, want[off:off+a.geo.ChunkSize])
@@ -199,9 +207,10 @@ func TestResyncingMemberServesCleanRegions(t *testing.T) {
 		t.Errorf("array-failed event for an array that lost one member")
 	}
 	// A dirty stripe not yet resynced lacks member 1's chunk and
-	// member 3's: its I/O fails, precisely.
+	// member 3's: its I/O fails, precisely. (The last one: the rebuild
+	// may be holding the first one's lock, its write held.)
 	lost := int64(-1)
-	for s := int64(0); s < a.geo.Stripes; s++ {
+	for s := a.geo.Stripes - 1; s >= 0; s-- {
 		if a.stripeLost(s) {
 			lost = s
 			break
