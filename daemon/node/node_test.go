@@ -113,6 +113,8 @@ func TestReportsBecomeEvents(t *testing.T) {
 		"undrain":         cluster.UndrainRequested{Node: "B"},
 		"failback":        cluster.FailbackRequested{Array: "a"},
 		"drive-replaced":  cluster.DriveReplaced{Drive: "C1"},
+		"array-failed":    cluster.ArrayFailed{Array: "a", Node: "B", Epoch: 3, Reason: "r"},
+		"repair-failed":   cluster.RepairFailed{Array: "a", Member: "C1", Epoch: 3, Reason: "r"},
 	}
 	for kind, want := range cases {
 		r := report{Kind: kind, Array: "a", Node: "B", Epoch: 3, Member: "C1", Percent: 40, Reason: "r", Winner: "C", WinnerEpoch: 4}

@@ -1,0 +1,95 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/cluster"
+	"tier0/daemon/nvme"
+)
+
+// awaitReport collects reports until node sends one of kind (the test's
+// guard against waiting for ever is notReturning; no speed is asserted).
+func (s *testSite) awaitReport(node, kind string, poke func()) report {
+	s.t.Helper()
+	var seen []report
+	for deadline := time.Now().Add(notReturning); time.Now().Before(deadline); {
+		if poke != nil {
+			poke()
+		}
+		for _, r := range s.reports() {
+			if r.Node == node && r.Kind == kind {
+				return r
+			}
+			seen = append(seen, r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.t.Fatalf("node %s sent no %q report within %s; reports: %+v", node, kind, notReturning, seen)
+	return report{}
+}
+
+// An array that loses more members than its parity is reported failed,
+// its frontend stops serving it with a reason naming the array, and it
+// comes back — with the acknowledged data — when the members return and
+// the coordinator asks for it again (issue 12, hole 5, node side).
+func TestArrayFailedStopsServingAndComesBack(t *testing.T) {
+	s := newTestSite(t)
+	a := s.node("A")
+	s.do("A", "fence", cluster.Fence{Array: "x", Node: "A", NewEpoch: 1, Members: []string{"C1", "D1", "E1"}})
+	s.do("A", "assemble", cluster.Assemble{Array: "x", Node: "A", Epoch: 1})
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
+	s.wantReport("A", "assembled")
+	x := a.served("x")
+	kept := bytes.Repeat([]byte{0x3c}, 4096)
+	const keptAt = 1 << 20
+	if _, err := x.gate.WriteAtFUA(kept, keptAt); err != nil {
+		t.Fatal(err)
+	}
+
+	// Nodes C and D go away: two of three members of a raid5.
+	for _, name := range []string{"C", "D"} {
+		if err := s.node(name).backend.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stripe := bytes.Repeat([]byte{0x77}, 32<<10) // a full stripe: every member is written
+	r := s.awaitReport("A", "array-failed", func() { _, _ = x.gate.WriteAt(stripe, 0) })
+	if r.Array != "x" || r.Epoch != 1 || r.Reason == "" {
+		t.Errorf("array-failed report %+v: want array x, epoch 1 and a reason", r)
+	}
+	_, err := x.gate.ReadAt(make([]byte, 4096), keptAt)
+	if !errors.Is(err, blockdev.ErrNoPath) || !strings.Contains(err.Error(), "array x failed") {
+		t.Errorf("read of the failed array: %v; want an error wrapping ErrNoPath that says array x failed and why", err)
+	}
+	if st, err := a.frontend.ANAState(x.nqn, anaGroup); err != nil || st != nvme.ANAInaccessible {
+		t.Errorf("failed array: ANA %v (%v), want inaccessible", st, err)
+	}
+
+	// A resync while the members are still away is refused, with the reason.
+	s.do("A", "resync", cluster.Resync{Array: "x", Node: "A", Member: "C1", Epoch: 1})
+	if r := s.wantReport("A", "repair-failed"); r.Member != "C1" || r.Epoch != 1 || r.Reason == "" {
+		t.Errorf("repair-failed report %+v: want member C1, epoch 1 and a reason", r)
+	}
+
+	// C and D return; the coordinator asks for the array again.
+	for _, name := range []string{"C", "D"} {
+		if err := s.node(name).startBackend(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.do("A", "assemble", cluster.Assemble{Array: "x", Node: "A", Epoch: 1})
+	s.wantReport("A", "assembled")
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
+	got := make([]byte, 4096)
+	if _, err := x.gate.ReadAt(got, keptAt); err != nil || !bytes.Equal(got, kept) {
+		t.Fatalf("read of the acknowledged write after the members returned: err %v, data %x..., want %x...", err, got[:4], kept[:4])
+	}
+	if st, err := a.frontend.ANAState(x.nqn, anaGroup); err != nil || st != nvme.ANAOptimized {
+		t.Errorf("re-assembled array: ANA %v (%v), want optimized", st, err)
+	}
+}
