@@ -5,7 +5,8 @@ package perf
 // minimal NVMe/TCP responder in raw, blocking system calls on one thread
 // ("bare": one read of everything the socket holds, every complete PDU
 // parsed from it, one writev of all the answers, read data sent from the
-// memory device itself), moving the same PDUs and bytes in the same run.
+// memory device itself, read(2)/writev(2) as raw system calls that the Go
+// runtime does not see), moving the same PDUs and bytes in the same run.
 //
 // Each server runs in its own child process (this test binary re-executed,
 // GOMAXPROCS=1 as in the one-core comparison with SPDK of issue 15), driven
@@ -34,6 +35,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -162,11 +164,12 @@ func bareServe(fd int) {
 	type piece struct{ hdr, data int }
 	var (
 		iov    [][]byte
+		vec    []unix.Iovec
 		pieces []piece // offsets into hdrs; data < 0: none
 		datas  [][]byte
 	)
 	for {
-		n, err := unix.Read(fd, in[have:])
+		n, err := rawRead(fd, in[have:])
 		if err == unix.EINTR {
 			continue
 		}
@@ -248,22 +251,49 @@ func bareServe(fd int) {
 				iov = append(iov, datas[p.data])
 			}
 		}
-		if err := writevAll(fd, iov); err != nil {
+		if vec, err = writevAll(fd, iov, vec); err != nil {
 			return
 		}
 	}
 }
 
+// rawRead and rawWritev are read(2) and writev(2) without the Go
+// runtime's system call bookkeeping (RawSyscall: no entersyscall, no P
+// hand-off, no spinning thread looking for work while this one blocks),
+// so the baseline pays only the kernel. The bare child runs with GC off
+// and a spare P for the goroutine that answers usage queries.
+func rawRead(fd int, p []byte) (int, error) {
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+func rawWritev(fd int, iov []unix.Iovec) (int, error) {
+	n, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
 // writevAll writes every byte of iov with as few writev calls as the
 // socket allows.
-func writevAll(fd int, iov [][]byte) error {
+func writevAll(fd int, iov [][]byte, vec []unix.Iovec) ([]unix.Iovec, error) {
 	for len(iov) > 0 {
-		n, err := unix.Writev(fd, iov[:min(len(iov), 1024)])
+		vec = vec[:0]
+		for _, b := range iov[:min(len(iov), 1024)] {
+			v := unix.Iovec{Base: &b[0]}
+			v.SetLen(len(b))
+			vec = append(vec, v)
+		}
+		n, err := rawWritev(fd, vec)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return err
+			return vec, err
 		}
 		for n > 0 {
 			if n >= len(iov[0]) {
@@ -278,7 +308,7 @@ func writevAll(fd int, iov [][]byte) error {
 			iov = iov[1:]
 		}
 	}
-	return nil
+	return vec, nil
 }
 
 // child is a server in a child process.
@@ -293,6 +323,11 @@ func startChild(b *testing.B, kind string) *child {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "TIER0_PERF_CHILD="+kind, "GOMAXPROCS=1")
+	if kind == "bare" {
+		// the serving thread blocks in raw system calls holding its P:
+		// a second P answers usage queries, and no GC may need to stop it
+		cmd.Env = append(os.Environ(), "TIER0_PERF_CHILD=bare", "GOMAXPROCS=2", "GOGC=off", "GODEBUG=asyncpreemptoff=1")
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
