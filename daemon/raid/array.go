@@ -567,12 +567,17 @@ func (a *Array) call(m *member, op string, f func() error) error {
 	return a.memberErr(m, op, err)
 }
 
-// timedReq is one member request with a deadline that runs on a buffer of
-// its own (see callBuf).
+// timedReq is one member read or write with a deadline; it runs on a
+// buffer of its own (see callBuf).
 type timedReq struct {
 	state atomic.Int32 // reqRunning, reqAbandoned, reqEnded
 	done  chan error
+	ref   *[]byte // the pooled buffer
 	buf   []byte
+	m     *member
+	off   int64
+	write bool
+	fua   bool
 }
 
 const (
@@ -580,6 +585,26 @@ const (
 	reqAbandoned
 	reqEnded
 )
+
+// memberIO reads or writes b at off on m.
+func memberIO(m *member, b []byte, off int64, write, fua bool) error {
+	if !write {
+		_, err := m.dev.ReadAt(b, off)
+		return err
+	}
+	if fua {
+		if f, ok := m.dev.(blockdev.FUAWriter); ok {
+			_, err := f.WriteAtFUA(b, off)
+			return err
+		}
+		if _, err := m.dev.WriteAt(b, off); err != nil {
+			return err
+		}
+		return m.dev.Flush()
+	}
+	_, err := m.dev.WriteAt(b, off)
+	return err
+}
 
 // callBuf runs one member read or write of p at off with the retry and
 // timeout policy.
@@ -595,30 +620,12 @@ const (
 // goroutine owns that buffer from then on and returns it to the pool
 // when the request ends.
 func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua bool) error {
-	do := func(b []byte) error {
-		if !write {
-			_, err := m.dev.ReadAt(b, off)
-			return err
-		}
-		if fua {
-			if f, ok := m.dev.(blockdev.FUAWriter); ok {
-				_, err := f.WriteAtFUA(b, off)
-				return err
-			}
-			if _, err := m.dev.WriteAt(b, off); err != nil {
-				return err
-			}
-			return m.dev.Flush()
-		}
-		_, err := m.dev.WriteAt(b, off)
-		return err
-	}
 	var err error
 	for attempt := 0; ; attempt++ {
 		if a.pol.IOTimeout > 0 {
-			err = a.timed(p, write, do)
+			err = a.timed(m, p, off, write, fua)
 		} else {
-			err = do(p)
+			err = memberIO(m, p, off, write, fua)
 		}
 		if err == nil {
 			return nil
@@ -630,40 +637,43 @@ func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua bo
 	return a.memberErr(m, op, err)
 }
 
-// timed runs do on a private copy of p under the I/O timeout.
-func (a *Array) timed(p []byte, write bool, do func([]byte) error) error {
-	r := &timedReq{done: make(chan error, 1), buf: getBuf(int64(len(p)))}
+// timed runs one member request on a private copy of p under the I/O
+// timeout.
+func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
+	r := &timedReq{done: make(chan error, 1), ref: getBufRef(int64(len(p))), m: m, off: off, write: write, fua: fua}
+	r.buf = *r.ref
 	if write {
 		copy(r.buf, p)
 	}
-	go func() {
-		err := do(r.buf)
-		if r.state.CompareAndSwap(reqRunning, reqEnded) {
-			r.done <- err
-			return
-		}
-		// Abandoned at the deadline: nobody else holds the buffer.
-		putBuf(r.buf)
-	}()
+	go r.run()
 	t := time.NewTimer(a.pol.IOTimeout)
 	select {
 	case err := <-r.done:
 		t.Stop()
-		return a.finish(r, p, write, err)
+		return r.finish(p, err)
 	case <-t.C:
 		if r.state.CompareAndSwap(reqRunning, reqAbandoned) {
 			return fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
 		}
-		// It ended just now.
-		return a.finish(r, p, write, <-r.done)
+		return r.finish(p, <-r.done) // it ended just now
 	}
 }
 
-func (a *Array) finish(r *timedReq, p []byte, write bool, err error) error {
-	if err == nil && !write {
+func (r *timedReq) run() {
+	err := memberIO(r.m, r.buf, r.off, r.write, r.fua)
+	if r.state.CompareAndSwap(reqRunning, reqEnded) {
+		r.done <- err
+		return
+	}
+	// Abandoned at the deadline: nobody else holds the buffer.
+	putBufRef(r.ref)
+}
+
+func (r *timedReq) finish(p []byte, err error) error {
+	if err == nil && !r.write {
 		copy(p, r.buf)
 	}
-	putBuf(r.buf)
+	putBufRef(r.ref)
 	return err
 }
 

@@ -46,6 +46,33 @@ func putBuf(b []byte) {
 	bufPools[bits.Len(uint(c))-1].Put(&b)
 }
 
+// getBufRef is getBuf returning the pool's own reference, so that
+// putBufRef gives it back without allocating.
+func getBufRef(n int64) *[]byte {
+	c := sizeClass(n)
+	if c <= maxClass {
+		if v := bufPools[c].Get(); v != nil {
+			p := v.(*[]byte)
+			*p = (*p)[:n]
+			return p
+		}
+		b := blockdev.AlignedBuffer(1 << c)[:n]
+		return &b
+	}
+	b := blockdev.AlignedBuffer(int(n))
+	return &b
+}
+
+// putBufRef returns a buffer from getBufRef to its pool.
+func putBufRef(p *[]byte) {
+	c := cap(*p)
+	if c < 1<<minClass || c&(c-1) != 0 || c > 1<<maxClass {
+		return
+	}
+	*p = (*p)[:c]
+	bufPools[bits.Len(uint(c))-1].Put(p)
+}
+
 // scratch collects the buffers of one operation for release.
 type scratch struct{ bufs [][]byte }
 
