@@ -14,6 +14,7 @@ import (
 
 	"tier0/bench"
 	"tier0/daemon/api"
+	"tier0/daemon/blockdev"
 	"tier0/daemon/blockdev/local"
 	"tier0/daemon/cluster"
 	"tier0/daemon/config"
@@ -36,7 +37,13 @@ func openDrives(cfg *config.Config, log *slog.Logger) ([]driveFile, error) {
 				}
 				return nil, fmt.Errorf("drive %s of node %s (%s): %w", d.Name, n.Name, d.Path, err)
 			}
-			out = append(out, driveFile{name: d.Name, path: absIn(d.Path), dev: dev})
+			var shaped blockdev.Device = dev
+			if m, link, _, ok := cfg.DriveModelOf(d.Name); ok {
+				// The raw bench measures the drives as tier0d opens them:
+				// through their model (a node's drives share its link).
+				shaped = blockdev.NewShaped(dev, blockdev.Model(m), nil, blockdev.SharedLink("validate-raw/"+cfg.Cluster+"/"+n.Name, link))
+			}
+			out = append(out, driveFile{name: d.Name, path: absIn(d.Path), dev: shaped})
 		}
 	}
 	return out, nil

@@ -52,6 +52,10 @@ type Options struct {
 	WorkDir string
 	// Short shortens every measurement (CI: about two minutes in all).
 	Short bool
+	// ModelScale, when positive, overrides the site's model.scale for
+	// this run (it is exported as TIER0_MODEL_SCALE to the tier0d
+	// processes of a local run).
+	ModelScale float64
 	// Repeat is how many times each scenario runs (default 3; 2 with
 	// Short); the report shows the median and the range.
 	Repeat int
@@ -212,6 +216,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		r.res.Run.Notes = append(r.res.Run.Notes, fmt.Sprintf("short run (--short): %s per scenario, the first %s of each array filled, measured and verified", r.t.bench, fmtBytes(r.t.region)))
 	}
 	r.res.Run.Repeat = r.t.repeat
+	r.res.Run.Model = modelInfo(r.cfg, o.Local)
 	r.cpu.Watch("self", "validate (load generator, NVMe/TCP host, multipath)", bench.RoleHost)
 	fmt.Fprintf(o.Out, "tier0 validate: site %s (%s), %s mode, work dir %s\n", siteName, r.res.Run.Topology, r.res.Run.Mode, r.work)
 
@@ -278,6 +283,12 @@ func (r *runner) setup() error {
 			return fmt.Errorf("%w: --work %s: %v", ErrSetup, o.WorkDir, err)
 		}
 		os.Setenv("TIER0_WORK", abs)
+	}
+	if o.ModelScale != 0 {
+		if o.ModelScale < 0 || o.ModelScale > 1 {
+			return fmt.Errorf("%w: --model-scale %g: expected a factor in (0, 1]", ErrSetup, o.ModelScale)
+		}
+		os.Setenv(config.EnvModelScale, strconv.FormatFloat(o.ModelScale, 'g', -1, 64))
 	}
 	cfg, err := config.Load(o.Site)
 	if err != nil {

@@ -97,6 +97,7 @@ failover story did not run), 130 interrupted. docs/VALIDATE.md has the details.`
 	f.StringVarP(&o.OutDir, "out", "o", "tier0-report", "folder for results.json, the report and the node logs")
 	f.StringVar(&o.WorkDir, "work", "", "work directory for drive files, etcd data and logs with --local (sets TIER0_WORK; default: the site's workdir)")
 	f.BoolVar(&o.Short, "short", false, "short measurements (CI: about two minutes)")
+	f.Float64Var(&o.ModelScale, "model-scale", 0, "with --local: scale of the drive and link model (overrides the site's model.scale; exported as TIER0_MODEL_SCALE)")
 	f.IntVar(&o.Repeat, "repeat", 0, "runs of each scenario; the report shows median and range (default 3, 2 with --short)")
 	f.StringVar(&o.Tier0d, "tier0d", "", "tier0d binary for --local (default: next to tier0, then $PATH)")
 	f.BoolVar(&o.Keep, "keep", false, "keep the work directory (drives, etcd data, logs) after a --local run")
