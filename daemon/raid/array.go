@@ -378,7 +378,7 @@ func (a *Array) usable() error {
 		if p := a.deadWhy.Load(); p != nil {
 			why = *p
 		}
-		return fmt.Errorf("raid %s failed: %s: %w", fmtUUID(a.uuid), why, ErrTooManyFailed)
+		return fmt.Errorf("raid %s failed: %s: %w: %w", fmtUUID(a.uuid), why, ErrTooManyFailed, blockdev.ErrIO)
 	}
 	return nil
 }

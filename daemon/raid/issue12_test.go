@@ -286,8 +286,8 @@ func TestDoubleFaultFailsThenReassembles(t *testing.T) {
 	// Member 3 dies too: beyond RAID-5's redundancy.
 	fs[3].AddRule(blockdev.Rule{Op: blockdev.OpAny, Action: blockdev.Fail})
 	b := make([]byte, a.Size())
-	if _, err := a.ReadAt(b, 0); !errors.Is(err, ErrTooManyFailed) {
-		t.Fatalf("read after losing members 1 and 3: %v, want ErrTooManyFailed", err)
+	if _, err := a.ReadAt(b, 0); !errors.Is(err, ErrTooManyFailed) || !errors.Is(err, blockdev.ErrIO) {
+		t.Fatalf("read after losing members 1 and 3: %v, want ErrTooManyFailed and blockdev.ErrIO", err)
 	}
 	st := a.Status()
 	if st.State != "failed" {
