@@ -489,6 +489,17 @@ func (e *env) run(ctx context.Context, r int, seed uint64) (RunResult, error) {
 		for _, p := range append(slices.Clone(rr.Final.Problems), rr.Online.Problems...) {
 			rep += "  checker: " + p + "\n"
 		}
+		for _, b := range rr.Stuck {
+			rep += "  stuck: " + b + "\n"
+		}
+		if rr.History.OK() {
+			// The history's report has no timeline of its own then.
+			rep += "fault timeline:\n"
+			for _, ev := range rec.Events() {
+				rep += fmt.Sprintf("  +%.3fs %s\n", float64(ev.At)/1e9, ev.Text)
+			}
+			rep += fmt.Sprintf("replay: seed %d\n", seed)
+		}
 		rr.Report = rep
 	} else {
 		rr.Anomalies = nil
