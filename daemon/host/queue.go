@@ -295,6 +295,11 @@ func (q *queue) wait(cid uint16) (nvme.CQE, error) {
 	<-s.done
 	s.h2c.Wait()
 	cqe, err := s.cqe, s.err
+	if err != nil {
+		// failed by the reader on its way out (failSlots): it and the
+		// H2C sender can no longer touch the buffers; let it finish
+		<-q.readerDone
+	}
 	s.rbuf, s.wbuf = nil, nil
 	s.start.Store(0)
 	q.free <- cid
