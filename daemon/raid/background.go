@@ -415,7 +415,7 @@ func (a *Array) rebuildStripe(m *member, s int64) error {
 			}
 			return a.mwrite(m, buf, a.moff(s, 0), false)
 		}
-		return fmt.Errorf("stripe %d: no in-sync mirror: %w", s, ErrTooManyFailed)
+		return fmt.Errorf("member %d rebuild stopped: %w", m.role, a.unavailable(s))
 	}
 	nd, np := a.geo.DataDisks, a.geo.ParityDisks
 	shards := make([][]byte, nd+np)

@@ -511,8 +511,17 @@ func (a *Array) writeMirror(p []byte, off int64, fua bool) error {
 			ops = append(ops, mop{m: m, buf: p[lo-off : hi-off], off: a.geo.DataOffset + lo, write: true, fua: fua})
 		}
 	}
-	if err := a.run(ops); err != nil && !errors.Is(err, errGone) {
-		return err
+	if err := a.run(ops); err != nil {
+		if !errors.Is(err, errGone) {
+			return err
+		}
+		// A mirror failed under the write: not acknowledged if no
+		// mirror holds it now (the others are not yet rebuilt there).
+		for s := s0; s <= s1; s++ {
+			if a.mirrorLost(s) {
+				return a.unavailable(s)
+			}
+		}
 	}
 	return a.usable()
 }

@@ -584,3 +584,44 @@ func TestLayoutsPassTheSuperblockRangeCheck(t *testing.T) {
 		}
 	}
 }
+
+// With a member under resync present, a write whose stripe loses a second
+// chunk mid-update must not be acknowledged (the data would live nowhere).
+func TestWriteLosingStripeMidUpdateIsNotAcknowledged(t *testing.T) {
+	ev := &events{}
+	ms := newMems(4, 4<<20)
+	fs := make([]*blockdev.Fault, 4)
+	for i := range fs {
+		fs[i] = blockdev.NewFault(ms[i])
+	}
+	a := mustCreate(t, devs(fs), testCfg(RAID5, ev))
+	rng := rand.New(rand.NewSource(31))
+	mustWrite(t, a, 0, randBuf(rng, int(a.Size())))
+	if err := a.FailMember(1, "transient loss"); err != nil {
+		t.Fatal(err)
+	}
+	s0, s := int64(2), int64(40)
+	for _, x := range []int64{s0, s} {
+		mustWrite(t, a, x*a.geo.StripeSize, randBuf(rng, int(a.geo.StripeSize)))
+	}
+	// Member 1 comes back; its rebuild is held on stripe s0, so stripe s
+	// is not yet resynced.
+	fs[1].ClearRules()
+	fs[1].AddRule(blockdev.Rule{Op: blockdev.OpWrite, Off: a.moff(s0, 0), Len: a.geo.ChunkSize, Action: blockdev.Delay, Delay: time.Hour})
+	t.Cleanup(fs[1].ClearRules)
+	if err := a.ReAdd(1, fs[1]); err != nil {
+		t.Fatal(err)
+	}
+	// Member 3 fails the data write of the next update of stripe s.
+	fs[3].AddRule(blockdev.Rule{Op: blockdev.OpWrite, Off: a.moff(s, 0), Len: a.geo.ChunkSize, Action: blockdev.Fail})
+	_, err := a.WriteAt(randBuf(rng, int(a.geo.StripeSize)), s*a.geo.StripeSize)
+	if err == nil {
+		t.Fatal("a write to a stripe that lost member 3's chunk while member 1 is not yet resynced there was acknowledged")
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("write: %v, want ErrUnavailable", err)
+	}
+	if st := a.Status(); st.State != "degraded" {
+		t.Fatalf("status %q, want degraded", st.State)
+	}
+}
