@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -155,4 +157,60 @@ func TestArrayDelete(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, `array "nope" is not defined`) || !strings.Contains(errOut, "A, B, S") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+}
+
+func (f *fakeBackend) ScrubArray(_ context.Context, name string, repair bool) error {
+	verb := "scrub"
+	if repair {
+		verb = "scrub-repair"
+	}
+	var names []string
+	for _, a := range f.status.Arrays {
+		names = append(names, a.Name)
+	}
+	return f.mutate(verb, "array", name, names)
+}
+
+func TestArrayScrub(t *testing.T) {
+	f := newFakeBackend()
+	url := serveFake(t, f)
+	out, errOut, code := runCLI(t, nil, "array", "scrub", "a", "--api", url, "--token", testToken)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	mustContain(t, out, "scrub of array a accepted: its owner A checks every stripe in the background", "tier0 status")
+	out, errOut, code = runCLI(t, nil, "array", "scrub", "c", "--repair", "--json", "--api", url, "--token", testToken)
+	var res scrubResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 0 {
+		t.Fatalf("exit %d %v: %s %s", code, err, out, errOut)
+	}
+	if res != (scrubResult{Array: "c", Action: "scrub", Repair: true, Owner: "C", Result: "accepted"}) {
+		t.Fatalf("%+v", res)
+	}
+	if got := f.mutations(); !slices.Equal(got, []string{"scrub a", "scrub-repair c"}) {
+		t.Fatalf("backend saw %v", got)
+	}
+	_, errOut, code = runCLI(t, nil, "array", "scrub", "q", "--api", url, "--token", testToken)
+	if code != 1 {
+		t.Fatalf("unknown array: exit %d", code)
+	}
+	mustContain(t, errOut, `array "q" does not exist`, "a, b, c")
+	_, errOut, code = runCLI(t, nil, "array", "scrub", "a", "--api", url)
+	if code != 1 || !strings.Contains(errOut, "401") {
+		t.Fatalf("no token: exit %d: %s", code, errOut)
+	}
+}
+
+func TestArrayShowReasons(t *testing.T) {
+	f := newFakeBackend()
+	f.status.Arrays[0].State = "failed"
+	f.status.Arrays[0].Reason = "raid5 lost 2 of 2 members (B1, C1)"
+	f.status.Arrays[0].LastError = "resync C1 at epoch 3: member not reachable yet"
+	f.status.Arrays[0].Failures = 4
+	out, errOut, code := runCLI(t, nil, "array", "show", "a", "--api", serveFake(t, f))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	mustContain(t, out, "array a  failed: raid5 lost 2 of 2 members (B1, C1)",
+		"array a  last error (4 attempts, retried with backoff): resync C1 at epoch 3: member not reachable yet")
 }

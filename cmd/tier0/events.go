@@ -28,7 +28,9 @@ func init() {
 		Short: "Show the cluster's event log (failovers, hand-offs, drive and node events)",
 		Long: "Show the event log kept in the cluster store, oldest first: node lost and\n" +
 			"returned, failovers and planned hand-offs with their duration, members\n" +
-			"failed, resynced and rebuilt. --follow keeps printing new events as they\n" +
+			"failed, resynced and rebuilt, arrays failed (array-failed, with the reason)\n" +
+			"and recovered (array-recovered), scrubs started and their findings\n" +
+			"(scrub-done, scrub-failed). --follow keeps printing new events as they\n" +
 			"are written (one line each; with --json one JSON object per line) until\n" +
 			"interrupted.",
 		Args: cobra.NoArgs,

@@ -56,8 +56,75 @@ func printStatus(w io.Writer, s api.Status) error {
 			fmt.Fprintln(w, "  "+l)
 		}
 	}
+	if pl := problemLines(s.Arrays, s.Owners); len(pl) > 0 {
+		fmt.Fprintln(w, "\nproblems:")
+		for _, l := range pl {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
+	if sl := scrubLines(s.Owners); len(sl) > 0 {
+		fmt.Fprintln(w, "\nscrub:")
+		for _, l := range sl {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
 	fmt.Fprintln(w, "\n"+statusSummary(s))
 	return nil
+}
+
+// problemLines says why arrays are failed or offline, what the last
+// refused or failed action was (the coordinator retries it with backoff),
+// and what the owners' RAID engines report, e.g.
+// "array a  failed: raid5 lost 2 of 3 members (B1, C1): ...".
+func problemLines(arrays []api.Array, owners []api.OwnerReport) []string {
+	var out []string
+	for _, a := range arrays {
+		if a.Reason != "" {
+			out = append(out, fmt.Sprintf("array %s  %s: %s", a.Name, a.State, a.Reason))
+		}
+		if a.LastError != "" {
+			tries := ""
+			if a.Failures > 1 {
+				tries = fmt.Sprintf(" (%d attempts, retried with backoff)", a.Failures)
+			}
+			out = append(out, fmt.Sprintf("array %s  last error%s: %s", a.Name, tries, a.LastError))
+		}
+	}
+	for _, o := range owners {
+		if o.Failed {
+			out = append(out, fmt.Sprintf("array %s  failed on its owner %s (epoch %d), not served: %s", o.Array, o.Owner, o.Epoch, orDash(o.Reason)))
+		}
+	}
+	return out
+}
+
+// scrubLines: the current or last scrub of each array, e.g.
+// "array a  last scrub 2026-11-29T17:00:00Z (owner A): 2 mismatches, 0 repaired, stripes 17 40".
+func scrubLines(owners []api.OwnerReport) []string {
+	var out []string
+	for _, o := range owners {
+		sc := o.Scrub
+		if sc == nil || sc.Started.IsZero() {
+			continue
+		}
+		if sc.Running {
+			out = append(out, fmt.Sprintf("array %s  scrub running since %s (owner %s)", o.Array, sc.Started.UTC().Format(time.RFC3339), o.Owner))
+			continue
+		}
+		l := fmt.Sprintf("array %s  last scrub %s (owner %s): %d mismatches, %d repaired", o.Array, sc.Finished.UTC().Format(time.RFC3339), o.Owner, sc.Mismatches, sc.Repaired)
+		if len(sc.Stripes) > 0 {
+			var st []string
+			for _, n := range sc.Stripes {
+				st = append(st, strconv.FormatInt(n, 10))
+			}
+			l += ", stripes " + strings.Join(st, " ")
+		}
+		if sc.Error != "" {
+			l += "; stopped early: " + sc.Error
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // rebuildLines: one line per member being brought back in sync, e.g.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"tier0/daemon/api"
 )
@@ -70,4 +71,33 @@ func TestStatusDaemonNotReady(t *testing.T) {
 		t.Fatalf("exit %d, want %d", code, exitUnreachable)
 	}
 	mustContain(t, errOut, url, "503", "store not reachable")
+}
+
+func TestStatusShowsFailedArraysAndScrubs(t *testing.T) {
+	f := newFakeBackend()
+	f.status.Arrays[0].State = "failed"
+	f.status.Arrays[0].Reason = "raid5 lost 2 of 2 members (B1, C1)"
+	f.status.Owners = []api.OwnerReport{
+		{Array: "a", Owner: "A", Epoch: 3, State: "failed", Failed: true, Reason: "members 0, 1 failed; raid5 tolerates 1", Time: testTime},
+		{Array: "c", Owner: "C", Epoch: 1, State: "optimal", Time: testTime, Scrub: &api.ScrubStatus{
+			Started: testTime.Add(-time.Hour), Finished: testTime.Add(-30 * time.Minute), Mismatches: 2, Repaired: 1, Stripes: []int64{17, 40}}},
+		{Array: "b", Owner: "A", Epoch: 7, State: "degraded", Time: testTime, Scrub: &api.ScrubStatus{Running: true, Started: testTime.Add(-time.Minute)}},
+	}
+	out, errOut, code := runCLI(t, nil, "status", "--api", serveFake(t, f))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	mustContain(t, out,
+		"problems:",
+		"array a  failed: raid5 lost 2 of 2 members (B1, C1)",
+		"array a  failed on its owner A (epoch 3), not served: members 0, 1 failed; raid5 tolerates 1",
+		"scrub:",
+		"array c  last scrub 2026-11-29T17:30:00Z (owner C): 2 mismatches, 1 repaired, stripes 17 40",
+		"array b  scrub running since 2026-11-29T17:59:00Z (owner A)",
+		"3 arrays: 1 failed, 1 rebuilding, 1 optimal")
+	out, _, _ = runCLI(t, nil, "status", "--json", "--api", serveFake(t, f))
+	var s api.Status
+	if err := json.Unmarshal([]byte(out), &s); err != nil || len(s.Owners) != 3 || !s.Owners[0].Failed || s.Owners[1].Scrub.Mismatches != 2 {
+		t.Fatalf("JSON lost the owners' reports (%v): %s", err, out)
+	}
 }
