@@ -361,7 +361,7 @@ func (t *Target) Close() error {
 		l.Close()
 	}
 	for c := range t.conns {
-		c.nc.Close()
+		c.close() // also ends a Connect waiting for a drain
 	}
 	close(t.stopKA)
 	t.mu.Unlock()
