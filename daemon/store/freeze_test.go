@@ -262,3 +262,64 @@ func TestLeaseSurvivesFrozenMember(t *testing.T) {
 	}
 	t.Log(setPhase("done"))
 }
+
+// TestRevokedLeaseRegistersAgain: the store revokes a node's lease long
+// before its deadline (what an etcd leader that was frozen and thaws does
+// to every lease: etcd issues #12528, #15247). The node registers again
+// under a new lease within the grace that WatchNodes holds a deletion
+// back, so it keeps its lease (Lost stays open) and a watcher of the node
+// keys sees neither the deletion nor the new registration; a node that
+// really goes away is still reported.
+func TestRevokedLeaseRegistersAgain(t *testing.T) {
+	st, _, _ := openCluster(t, 1)
+	s := st[0]
+	ctx := ctxT(t)
+	const ttl = 3 * time.Second
+	a, err := s.Register(ctx, NodeInfo{Node: "A"}, ttl, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Abandon()
+	b, err := s.Register(ctx, NodeInfo{Node: "B"}, ttl, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := s.WatchNodes(ctx, 0)
+	time.Sleep(500 * time.Millisecond)
+	old := a.ID()
+	if _, err := s.Client().Revoke(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	b.Abandon() // B "crashes": its lease expires for real
+	deadline := time.After(ttl + NodeGoneGrace(ttl) + 2*time.Second)
+	for {
+		select {
+		case ev := <-watch:
+			if ev.Node == "A" {
+				t.Fatalf("watcher saw %+v for A, whose lease was revoked and replaced in time", ev)
+			}
+			if ev.Node == "B" && !ev.Alive {
+				select {
+				case <-a.Lost():
+					t.Fatalf("A lost its lease after the store revoked it: %v", a.Err())
+				default:
+				}
+				if a.ID() == old || a.Stats().Rejoins != 1 {
+					t.Fatalf("A's lease %x (was %x), %d rejoins: want a new lease, 1 rejoin", int64(a.ID()), int64(old), a.Stats().Rejoins)
+				}
+				nodes, err := s.Nodes(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := nodes["A"]; !ok {
+					t.Fatalf("A not registered after its lease was replaced: %v", nodes)
+				}
+				return
+			}
+		case <-a.Lost():
+			t.Fatalf("A lost its lease after the store revoked it: %v", a.Err())
+		case <-deadline:
+			t.Fatal("B's expiry was never reported")
+		}
+	}
+}

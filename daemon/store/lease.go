@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -43,7 +44,6 @@ type NodeInfo struct {
 type Liveness struct {
 	s    *Store
 	node string
-	id   clientv3.LeaseID
 	ttl  time.Duration
 	k    *keeper
 }
@@ -77,13 +77,27 @@ func (s *Store) Register(ctx context.Context, info NodeInfo, ttl, margin time.Du
 		return nil, fmt.Errorf("register node %q: %w", info.Node, err)
 	}
 	gttl := time.Duration(g.TTL) * time.Second
-	l := &Liveness{s: s, node: info.Node, id: g.ID, ttl: gttl}
-	l.k = s.keep(g.ID, fmt.Sprintf("node %q", info.Node), gttl, margin, sent, nil)
+	s.nodeTTL.Store(int64(gttl))
+	l := &Liveness{s: s, node: info.Node, ttl: gttl}
+	rejoin := func(ctx context.Context) (clientv3.LeaseID, time.Time, time.Duration, error) {
+		sent := s.now()
+		g, err := s.cli.Grant(ctx, int64(gttl/time.Second))
+		if err != nil {
+			return 0, sent, 0, fmt.Errorf("grant a new lease for node %q: %w", info.Node, err)
+		}
+		if _, err := onEndpoints(ctx, s, grantTry, func(c context.Context, e *endpoint) (*clientv3.PutResponse, error) {
+			return e.kv.Put(c, s.key("nodes", info.Node), string(v), clientv3.WithLease(g.ID))
+		}); err != nil {
+			return 0, sent, 0, fmt.Errorf("register node %q again: %w", info.Node, err)
+		}
+		return g.ID, sent, time.Duration(g.TTL) * time.Second, nil
+	}
+	l.k = s.keep(g.ID, fmt.Sprintf("node %q", info.Node), gttl, margin, sent, nil, rejoin)
 	return l, nil
 }
 
-// ID is the etcd lease ID.
-func (l *Liveness) ID() clientv3.LeaseID { return l.id }
+// ID is the etcd lease ID (it changes when a revoked lease is replaced).
+func (l *Liveness) ID() clientv3.LeaseID { return l.k.currentID() }
 
 // Lost is closed once the node can no longer be sure it holds its lease.
 func (l *Liveness) Lost() <-chan struct{} { return l.k.lost }
@@ -109,7 +123,7 @@ func (l *Liveness) Stats() LeaseStats { return l.k.Stats() }
 // liveness key disappears at once).
 func (l *Liveness) Close(ctx context.Context) error {
 	l.Abandon()
-	_, err := l.s.cli.Revoke(ctx, l.id)
+	_, err := l.s.cli.Revoke(ctx, l.ID())
 	return err
 }
 
@@ -142,8 +156,28 @@ type NodeEvent struct {
 	Revision int64
 }
 
+// nodeGrace is how long WatchNodes holds a deletion back: NodeGoneGrace of
+// the TTL of the leases registered through this store (the site's), 1.5 s
+// before any was.
+func (s *Store) nodeGrace() time.Duration {
+	if ttl := time.Duration(s.nodeTTL.Load()); ttl > 0 {
+		return NodeGoneGrace(ttl)
+	}
+	return 1500 * time.Millisecond
+}
+
 // WatchNodes reports liveness changes from revision rev onward (0: from
 // now).
+//
+// A deletion is reported only after it has lasted NodeGoneGrace (half the
+// lease TTL): a node whose lease the store revoked before its deadline (an
+// etcd leader frozen and thawed does that to every lease) registers again
+// within that time, under a new lease and with the same Started, and then
+// neither the deletion nor the new registration is reported — the node
+// never stopped holding its arrays. A node registered with another Started
+// (it restarted) is reported gone, then back. Events of a node are
+// reported in order; a held deletion may come after events of other nodes
+// with higher revisions.
 //
 // The channel closes when ctx ends or when the watch breaks (the member
 // lost its leader, or rev was compacted away); the caller then re-reads
@@ -151,27 +185,106 @@ type NodeEvent struct {
 func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 	out := make(chan NodeEvent)
 	prefix := s.key("nodes") + "/"
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV()}
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
 	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...)
+	grace := s.nodeGrace()
 	go func() {
 		defer close(out)
-		for wr := range wc {
-			for _, ev := range wr.Events {
-				ne := NodeEvent{Node: strings.TrimPrefix(string(ev.Kv.Key), prefix), Revision: ev.Kv.ModRevision}
-				if ev.Type == clientv3.EventTypePut {
+		type held struct {
+			ev    NodeEvent
+			since time.Time
+			was   NodeInfo // the registration that was deleted (PrevKV)
+		}
+		pending := map[string]*held{}
+		send := func(ne NodeEvent) bool {
+			select {
+			case out <- ne:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		tick := time.NewTicker(max(grace/10, 10*time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				now := time.Now()
+				var due []*held
+				for n, h := range pending {
+					if now.Sub(h.since) >= grace {
+						due = append(due, h)
+						delete(pending, n)
+					}
+				}
+				sort.Slice(due, func(i, j int) bool { return due[i].ev.Revision < due[j].ev.Revision })
+				for _, h := range due {
+					if !send(h.ev) {
+						return
+					}
+				}
+			case wr, ok := <-wc:
+				if !ok {
+					return
+				}
+				for _, ev := range wr.Events {
+					ne := NodeEvent{Node: strings.TrimPrefix(string(ev.Kv.Key), prefix), Revision: ev.Kv.ModRevision}
+					if ev.Type != clientv3.EventTypePut {
+						h := &held{ev: ne, since: time.Now()}
+						if ev.PrevKv != nil {
+							_ = json.Unmarshal(ev.PrevKv.Value, &h.was)
+						}
+						pending[ne.Node] = h
+						continue
+					}
 					ne.Alive = true
 					_ = json.Unmarshal(ev.Kv.Value, &ne.Info)
-				}
-				select {
-				case out <- ne:
-				case <-ctx.Done():
-					return
+					if h := pending[ne.Node]; h != nil {
+						delete(pending, ne.Node)
+						if !h.was.Started.IsZero() && h.was.Started.Equal(ne.Info.Started) {
+							s.log.Info("node registered again under a new lease before its deletion counted", "node", ne.Node, "gone_for", time.Since(h.since))
+							continue
+						}
+						if !send(h.ev) {
+							return
+						}
+					}
+					if !send(ne) {
+						return
+					}
 				}
 			}
 		}
 	}()
 	return out
+}
+
+// SettledNodes is Nodes read NodeGoneGrace after the call, with the
+// revision it was read at: for a watcher that starts from a snapshot (a
+// new coordinator) and must not count a node as gone while it may still
+// be registering again after a revoked lease (see WatchNodes).
+func (s *Store) SettledNodes(ctx context.Context) (map[string]NodeInfo, int64, error) {
+	select {
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-time.After(s.nodeGrace()):
+	}
+	resp, err := s.cli.Get(ctx, s.key("nodes")+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("list live nodes: %w", err)
+	}
+	out := map[string]NodeInfo{}
+	for _, kv := range resp.Kvs {
+		var ni NodeInfo
+		if err := json.Unmarshal(kv.Value, &ni); err != nil {
+			return nil, 0, fmt.Errorf("node key %s: %w", kv.Key, err)
+		}
+		out[ni.Node] = ni
+	}
+	return out, resp.Header.Revision, nil
 }

@@ -85,6 +85,7 @@ func timingFor(ttl time.Duration) renewTiming {
 
 // renewal is the outcome of one attempt.
 type renewal struct {
+	id   clientv3.LeaseID
 	sent time.Time // when the attempt started (the lease runs at least TTL from then)
 	ttl  time.Duration
 	ep   string // the endpoint that answered
@@ -131,7 +132,7 @@ func (s *Store) renewAttempt(ctx context.Context, id clientv3.LeaseID, tm renewT
 			if err != nil {
 				err = fmt.Errorf("%s: %w", eps[i].url, err)
 			}
-			res <- renewal{sent: sent, ttl: time.Duration(ttl) * time.Second, ep: eps[i].url, err: err}
+			res <- renewal{id: id, sent: sent, ttl: time.Duration(ttl) * time.Second, ep: eps[i].url, err: err}
 			if err == nil {
 				s.ep.pref.Store(int32(i))
 			}
@@ -160,40 +161,58 @@ func (s *Store) renewAttempt(ctx context.Context, id clientv3.LeaseID, tm renewT
 				hedge.Reset(tm.hedge)
 				continue
 			}
-			return renewal{sent: sent, err: fmt.Errorf("every member refused the renewal: %w", errors.Join(errs...))}
+			return renewal{id: id, sent: sent, err: fmt.Errorf("every member refused the renewal: %w", errors.Join(errs...))}
 		case <-hc:
 			launch()
 			hedge.Reset(tm.hedge)
 		case <-actx.Done():
-			return renewal{sent: sent, err: fmt.Errorf("no member answered within %s (%d asked): %w", tm.call, launched, errors.Join(append(errs, actx.Err())...))}
+			return renewal{id: id, sent: sent, err: fmt.Errorf("no member answered within %s (%d asked): %w", tm.call, launched, errors.Join(append(errs, actx.Err())...))}
 		}
 	}
 }
+
+// NodeGoneGrace is how long a watcher of the node keys holds back the
+// deletion of one whose lease had ttl (WatchNodes): half the TTL. A node
+// whose lease was revoked before its deadline registers again within it,
+// or fences itself before it ends.
+func NodeGoneGrace(ttl time.Duration) time.Duration { return ttl / 2 }
 
 // LeaseStats describes how a lease's renewals went.
 type LeaseStats struct {
 	Renewals   int           // successful renewals
 	LongestGap time.Duration // longest time between the starts of two successive successful renewals
 	Last       time.Time     // start of the last successful renewal
+	// Rejoins counts leases revoked while they were being renewed and
+	// replaced by a new one in time (see keeper.rejoin).
+	Rejoins int
 }
 
 // keeper renews one lease until stopped and closes lost, from a local
 // timer, when deadline−margin passes with no successful renewal.
 type keeper struct {
 	s      *Store
-	id     clientv3.LeaseID
 	what   string // names the lease in messages: `node "A"`
 	margin time.Duration
 	tm     renewTiming
 	// onRenew is called (from the keeper's goroutine) after each
 	// successful renewal.
 	onRenew func(r renewal)
+	// rejoin, when set, replaces a lease that the store revoked before
+	// its deadline (no correct etcd leader expires it that early: an
+	// etcd leader that was frozen and thaws revokes every lease it
+	// believes expired, etcd issues #12528 and #15247). It must be done
+	// by the start of the last renewal + grace − margin: watchers of the
+	// node keys hold a deletion back for grace (WatchNodes), so nobody
+	// acts on it before; later, Lost closes as usual.
+	rejoin func(ctx context.Context) (id clientv3.LeaseID, sent time.Time, ttl time.Duration, err error)
+	grace  time.Duration
 
 	cancel context.CancelFunc
 	done   chan struct{}
 	lost   chan struct{}
 
 	mu       sync.Mutex
+	idLocked clientv3.LeaseID // the lease kept now (rejoin replaces it)
 	deadline time.Time
 	lostErr  error
 	timer    *time.Timer
@@ -202,9 +221,10 @@ type keeper struct {
 
 // keep starts renewing lease id of ttl, last renewed (or granted) by a
 // request sent at start.
-func (s *Store) keep(id clientv3.LeaseID, what string, ttl, margin time.Duration, start time.Time, onRenew func(renewal)) *keeper {
+func (s *Store) keep(id clientv3.LeaseID, what string, ttl, margin time.Duration, start time.Time, onRenew func(renewal),
+	rejoin func(context.Context) (clientv3.LeaseID, time.Time, time.Duration, error)) *keeper {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &keeper{s: s, id: id, what: what, margin: margin, tm: timingFor(ttl), onRenew: onRenew,
+	k := &keeper{s: s, idLocked: id, what: what, margin: margin, tm: timingFor(ttl), onRenew: onRenew, rejoin: rejoin, grace: NodeGoneGrace(ttl),
 		cancel: cancel, done: make(chan struct{}), lost: make(chan struct{}),
 		deadline: start.Add(ttl), stats: LeaseStats{Last: start}}
 	k.mu.Lock()
@@ -224,7 +244,7 @@ func (k *keeper) expire() {
 		return
 	}
 	k.markLostLocked(fmt.Errorf("%s: no renewal since the deadline %s minus margin %s (last renewal sent %s, lease %x)",
-		k.what, k.deadline.Format(time.RFC3339Nano), k.margin, k.stats.Last.Format(time.RFC3339Nano), int64(k.id)))
+		k.what, k.deadline.Format(time.RFC3339Nano), k.margin, k.stats.Last.Format(time.RFC3339Nano), int64(k.idLocked)))
 }
 
 func (k *keeper) markLostLocked(err error) {
@@ -300,8 +320,16 @@ func (k *keeper) run(ctx context.Context) {
 				if k.onRenew != nil {
 					k.onRenew(r)
 				}
+			case r.id != k.currentID():
+				// An attempt for a lease replaced meanwhile: ignore.
 			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-				k.markLost(fmt.Errorf("%s: the store expired lease %x: %w", k.what, int64(k.id), r.err))
+				if k.tryRejoin(ctx) {
+					k.mu.Lock()
+					next = k.stats.Last.Add(k.tm.every)
+					k.mu.Unlock()
+					continue
+				}
+				k.markLost(fmt.Errorf("%s: the store expired lease %x: %w", k.what, int64(r.id), r.err))
 				return
 			default:
 				k.s.log.Debug("lease renewal failed", "lease", k.what, "err", r.err)
@@ -312,11 +340,57 @@ func (k *keeper) run(ctx context.Context) {
 		case <-t.C:
 			if inflight < maxAttempts {
 				inflight++
-				go func() { results <- k.s.renewAttempt(ctx, k.id, k.tm) }()
+				id := k.currentID()
+				go func() { results <- k.s.renewAttempt(ctx, id, k.tm) }()
 			}
 			next = k.s.now().Add(k.tm.retry)
 		}
 	}
+}
+
+func (k *keeper) currentID() clientv3.LeaseID {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.idLocked
+}
+
+// tryRejoin replaces a revoked lease if that can be done in time; false
+// when it cannot (then the lease is lost).
+func (k *keeper) tryRejoin(ctx context.Context) bool {
+	if k.rejoin == nil {
+		return false
+	}
+	k.mu.Lock()
+	by := k.stats.Last.Add(k.grace - k.margin)
+	old := k.idLocked
+	k.mu.Unlock()
+	if !k.s.now().Before(by) {
+		return false
+	}
+	rctx, cancel := context.WithDeadline(ctx, by)
+	id, sent, ttl, err := k.rejoin(rctx)
+	cancel()
+	if err == nil && !k.s.now().Before(by) {
+		err = fmt.Errorf("registered again only after %s", by.Format(time.RFC3339Nano))
+	}
+	if err != nil {
+		k.s.log.Warn("lease revoked before its deadline and not replaced in time", "lease", k.what, "old", fmt.Sprintf("%x", int64(old)), "err", err)
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	select {
+	case <-k.lost:
+		return false
+	default:
+	}
+	k.idLocked = id
+	k.stats.Last, k.stats.Rejoins = sent, k.stats.Rejoins+1
+	k.deadline = sent.Add(ttl)
+	k.timer.Reset(k.deadline.Add(-k.margin).Sub(k.s.now()))
+	k.s.log.Warn("lease revoked before its deadline (an etcd leader that was frozen and thawed does that; etcd #15247); registered again under a new lease in time",
+		"lease", k.what, "old", fmt.Sprintf("%x", int64(old)), "new", fmt.Sprintf("%x", int64(id)))
+	return true
 }
 
 // stop ends the renewals and the local timer and waits for the loop.
@@ -465,7 +539,7 @@ func (f *failoverLease) KeepAlive(ctx context.Context, id clientv3.LeaseID) (<-c
 		case ch <- &clientv3.LeaseKeepAliveResponse{ResponseHeader: &pb.ResponseHeader{}, ID: id, TTL: int64(r.ttl / time.Second)}:
 		default: // nobody reads: drop, as the client's own lessor does
 		}
-	})
+	}, nil)
 	f.mu.Lock()
 	f.keepers[k] = struct{}{}
 	f.mu.Unlock()

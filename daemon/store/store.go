@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -107,6 +108,9 @@ type Store struct {
 	log    *slog.Logger
 	now    func() time.Time
 	ep     endpoints // one connection per member, for lease renewals (renew.go)
+	// nodeTTL is the TTL of the last liveness lease registered here
+	// (WatchNodes' grace is derived from it).
+	nodeTTL atomic.Int64
 }
 
 func (o *Options) fill() error {
