@@ -58,6 +58,10 @@ const (
 var AllFaults = []string{KillOwner, FreezeOwner, KillRandom, RestartResync, KillEtcdPeer, FailDrive, KillTwo,
 	FreezeEtcdVoter, FreezeEtcdVoter, DropFrontendSlowMember, FreezeQueuedRepair}
 
+// hotUnits is the size of the extra, constantly rewritten region per array
+// when drop-frontend-slow-member runs.
+const hotUnits = 8
+
 // needsParity2 are the faults only a site whose every array is RAID-6
 // survives (two nodes out at once).
 var needsParity2 = []string{KillTwo, FreezeQueuedRepair}
@@ -264,7 +268,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	e := &env{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x7469657230)), start: time.Now(), log: o.Logger, out: o.Out}
-	c, err := StartLocal(ctx, LocalOptions{Site: o.Site, Binary: o.Binary, Workdir: o.Workdir, PortShift: o.PortShift, Netns: o.Netns, Logger: o.Logger})
+	c, err := StartLocal(ctx, LocalOptions{Site: o.Site, Binary: o.Binary, Workdir: o.Workdir, PortShift: o.PortShift, Netns: o.Netns, Logger: o.Logger,
+		CoordinatorOnVoter: slices.Contains(o.Faults, FreezeEtcdVoter)})
 	if err != nil {
 		return res, err
 	}
@@ -325,7 +330,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return res, fmt.Errorf("connect to array %s: %w", a.Name, err)
 		}
 		defer mp.Close()
-		targets = append(targets, checker.Target{Name: a.Name, Dev: mp, Units: min(o.Units, int(mp.Size()/checker.UnitSize))})
+		units := min(o.Units, int(mp.Size()/checker.UnitSize))
+		targets = append(targets, checker.Target{Name: a.Name, Dev: mp, Units: units})
+		if slices.Contains(faults, DropFrontendSlowMember) && int64(units+hotUnits) <= mp.Size()/checker.UnitSize {
+			// A few units rewritten all the time: a command of a dead
+			// connection that lands after a newer acknowledged write to
+			// its unit shows up there as stale.
+			targets = append(targets, checker.Target{Name: a.Name + "-hot", Dev: mp, Offset: int64(units) * checker.UnitSize, Units: hotUnits})
+		}
 	}
 	// A partition must catch read-backs in flight (a cut-off owner that
 	// still answered reads would serve stale data): more of them then.

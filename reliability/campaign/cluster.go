@@ -49,6 +49,10 @@ type proc struct {
 
 // LocalOptions configure StartLocal.
 type LocalOptions struct {
+	// CoordinatorOnVoter starts the embedded etcd voters first and the
+	// other nodes once a coordinator is elected, so that the first
+	// coordinator runs on a voter (freeze-etcd-voter freezes it).
+	CoordinatorOnVoter bool
 	// Site is the site configuration file (every node on a loopback
 	// address).
 	Site string
@@ -120,10 +124,29 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Cluster, error) {
 		return nil, fmt.Errorf("tier0d binary: %w; build it with `make build` or pass its path", err)
 	}
 	c := &Cluster{Config: cfg, Site: site, Workdir: wd, bin: o.Binary, log: o.Logger, netns: o.Netns, procs: map[string]*proc{}}
+	voters := c.etcdPeers()
+	var rest []string
 	for _, n := range cfg.Nodes {
+		if o.CoordinatorOnVoter && !slices.Contains(voters, n.Name) {
+			rest = append(rest, n.Name)
+			continue
+		}
 		if err := c.Start(n.Name); err != nil {
 			c.Close()
 			return nil, err
+		}
+	}
+	if len(rest) > 0 {
+		// The first coordinator is elected among the voters.
+		deadline := time.Now().Add(30 * time.Second)
+		for c.Coordinator(ctx) == "" && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+		}
+		for _, n := range rest {
+			if err := c.Start(n); err != nil {
+				c.Close()
+				return nil, err
+			}
 		}
 	}
 	return c, nil

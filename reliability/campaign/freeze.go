@@ -247,6 +247,19 @@ func (e *env) freezeQueuedRepair(ctx context.Context, in *Injection) error {
 	if len(cs) == 0 {
 		return fmt.Errorf("no array with an owner and a member on another node")
 	}
+	// Prefer an owner and a member that run no etcd voter: the member's
+	// registration must reach the coordinator while the frozen owner's
+	// lease still runs, so that its resync is queued for the frozen owner.
+	voters := e.c.etcdPeers()
+	var pref []cand
+	for _, c := range cs {
+		if !slices.Contains(voters, c.owner) && !slices.Contains(voters, c.member) {
+			pref = append(pref, c)
+		}
+	}
+	if len(pref) > 0 {
+		cs = pref
+	}
 	slices.SortFunc(cs, func(x, y cand) int { return strings.Compare(x.array+x.member, y.array+y.member) })
 	c := cs[e.rng.IntN(len(cs))]
 	marks := e.logMarks()
@@ -289,6 +302,7 @@ func (e *env) freezeQueuedRepair(ctx context.Context, in *Injection) error {
 		return err
 	}
 	toMark := e.c.LogSize(to)
+	ownerMark := e.c.LogSize(c.owner)
 	froze := time.Since(frozeAt)
 	if err := e.c.Thaw(c.owner); err != nil {
 		return err
@@ -308,8 +322,8 @@ func (e *env) freezeQueuedRepair(ctx context.Context, in *Injection) error {
 			}
 		}
 	}
-	in.Detail = fmt.Sprintf("kill -9 %s (member of %s); SIGSTOP owner %s; restart %s; %s took over; SIGCONT %s after %.1fs: self-fenced %v",
-		c.member, c.array, c.owner, c.member, to, c.owner, froze.Seconds(), e.c.CountLog(c.owner, marks[c.owner], selfFenceMark) > 0)
+	in.Detail = fmt.Sprintf("kill -9 %s (member of %s); SIGSTOP owner %s; restart %s; %s took over; SIGCONT %s after %.1fs: self-fenced %v, %d repair lines in its log after the thaw",
+		c.member, c.array, c.owner, c.member, to, c.owner, froze.Seconds(), e.c.CountLog(c.owner, marks[c.owner], selfFenceMark) > 0, e.c.CountLog(c.owner, ownerMark, "repair"))
 	if len(probs) > 0 {
 		return fmt.Errorf("%s", strings.Join(probs, "; "))
 	}
