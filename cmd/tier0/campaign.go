@@ -69,7 +69,8 @@ instead (reliability/nemesis): every node's addresses are routed through
 toxiproxy proxies on 127.0.100.x, and each run draws a schedule of 1-3
 overlapping faults from its seed (--seed for the first run, +1 for each
 next one): kill, freeze (below, around and above the lease TTL),
-restart-storm, power-loss, latency, bandwidth, stall, reset, one-way,
+restart-storm, power-loss, slow-disk, disk-error, latency, bandwidth,
+stall, reset, one-way,
 partition, drain, fail-drive (or the groups process, network, disk, ops).
 Each run's faults start within --window, are healed, the cluster must
 recover, and every read and write of the run is checked for
