@@ -1,0 +1,157 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+)
+
+func (m *Machine) join(e NodeJoined) error {
+	if e.Node == "" {
+		return fmt.Errorf("node with empty name: %w", ErrBadConfig)
+	}
+	if n, ok := m.nodes[e.Node]; ok {
+		m.heartbeat(n) // a re-registration is a return
+		return nil
+	}
+	for _, d := range e.Drives {
+		if other, ok := m.drives[d]; ok {
+			return fmt.Errorf("drive %q of node %q already belongs to node %q: %w", d, e.Node, other, ErrBadConfig)
+		}
+	}
+	dom := e.Domain
+	if dom == "" {
+		dom = e.Node
+	}
+	n := &node{id: e.Node, domain: dom, drives: slices.Clone(e.Drives), state: NodeUp, lastBeat: m.now}
+	m.nodes[n.id] = n
+	i, _ := slices.BinarySearch(m.nodeOrder, n.id)
+	m.nodeOrder = slices.Insert(m.nodeOrder, i, n.id)
+	for _, d := range n.drives {
+		m.drives[d] = n.id
+	}
+	m.emit(Export{Node: n.id, Drives: slices.Clone(n.drives)})
+	return nil
+}
+
+func (m *Machine) heartbeat(n *node) {
+	n.lastBeat = m.now
+	switch n.state {
+	case NodeDown:
+		n.state = NodeUp
+		m.emit(RecordEvent{Kind: "node-returned", Node: n.id})
+		m.emit(Export{Node: n.id, Drives: slices.Clone(n.drives)})
+		for _, name := range m.arrayOrder {
+			for _, mb := range m.arrays[name].members {
+				if mb.node == n.id && mb.state == MemberMissing {
+					mb.state, mb.progress = MemberStale, 0
+				}
+			}
+		}
+		m.clearRetry()
+		m.nodeBack(n)
+	case NodeFenced:
+		// The node renewed before the store expired it: nobody took its
+		// arrays, but it stopped serving them, so it takes them back
+		// under a new epoch like any other owner.
+		n.state = NodeUp
+		m.emit(RecordEvent{Kind: "lease-regained", Node: n.id})
+		m.nodeBack(n)
+		for _, name := range m.arrayOrder {
+			a := m.arrays[name]
+			if a.owner == n.id && a.phase != phaseIdle {
+				a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+			}
+		}
+	}
+}
+
+func (m *Machine) restarted(n *node) {
+	m.emit(RecordEvent{Kind: "node-restarted", Node: n.id})
+	n.state = NodeDown
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		for _, mb := range a.members {
+			if mb.node == n.id {
+				switch mb.state {
+				case MemberOK, MemberResyncing:
+					mb.state, mb.progress = MemberMissing, 0
+				case MemberRebuilding:
+					mb.state, mb.progress = MemberReplaced, 0
+				}
+			}
+		}
+		if a.owner == n.id && a.phase != phaseIdle {
+			if a.phase == phaseActive {
+				a.since = m.now
+			}
+			a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+		}
+	}
+}
+
+func (m *Machine) selfFence(n *node, reason string) {
+	if n.state != NodeUp {
+		return
+	}
+	n.state = NodeFenced
+	m.emit(SelfFence{Node: n.id})
+	m.emit(RecordEvent{Kind: "self-fence", Node: n.id, Message: reason})
+	for _, name := range m.arrayOrder {
+		if a := m.arrays[name]; a.owner == n.id && a.phase == phaseActive {
+			a.since = m.now // the outage of its arrays starts now
+		}
+	}
+}
+
+func (m *Machine) nodeLost(n *node, reason string) {
+	if n.state == NodeDown {
+		return
+	}
+	n.state = NodeDown
+	m.emit(RecordEvent{Kind: "node-lost", Node: n.id, Message: reason})
+	if !n.slurmDrained {
+		n.slurmDrained = true
+		m.emit(SlurmDrain{Node: n.id, Reason: "tier0: storage lease expired"})
+	}
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		for _, mb := range a.members {
+			if mb.node != n.id {
+				continue
+			}
+			switch mb.state {
+			case MemberOK, MemberStale, MemberResyncing:
+				mb.state, mb.progress = MemberMissing, 0
+			case MemberRebuilding:
+				mb.state, mb.progress = MemberReplaced, 0
+			}
+		}
+		if a.owner == n.id && a.phase != phaseIdle {
+			if a.phase == phaseActive {
+				a.since = n.lastBeat
+			}
+			a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+		}
+	}
+}
+
+// nodeBack: n came back (a new lease, or its old one renewed after it
+// fenced itself). It is a new incarnation: earlier failures of its own
+// no longer count against it, and what waited for members or candidates
+// is tried now rather than at the end of its backoff.
+func (m *Machine) nodeBack(n *node) {
+	for _, name := range m.arrayOrder {
+		a := m.arrays[name]
+		delete(a.avoid, n.id)
+		if a.home == n.id {
+			a.homeFails = 0
+		}
+		a.nextTry = 0
+		for _, mb := range a.members {
+			mb.retryAt = 0
+			if mb.node == n.id {
+				a.waitBack = false // one of its members is back: worth a try
+			}
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package cluster
+
+type phase int
+
+const (
+	phaseIdle       phase = iota // no node serves it; reconcile assigns one
+	phaseReleasing               // planned move: old owner is releasing
+	phaseFencing                 // new owner: CAS + reservation preempt
+	phaseAssembling              // new owner: assemble + repair
+	phaseActive                  // owner serves it, ANA optimized
+	phaseFailed                  // owner holds it but its RAID failed; it re-assembles it when members return
+)
+
+var phaseNames = [...]string{"idle", "releasing", "fencing", "assembling", "active", "failed"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+type node struct {
+	id, domain   string
+	drives       []string
+	state        NodeState
+	lastBeat     int64
+	suspect      bool
+	draining     bool
+	slurmDrained bool
+}
+
+type member struct {
+	drive, node string
+	state       MemberState
+	progress    int
+	fails       int   // consecutive refused/failed repairs
+	retryAt     int64 // no repair ordered before this tick
+}
+
+type array struct {
+	name     string
+	level    Level
+	home     string
+	policy   FailbackPolicy
+	members  []*member
+	owner    string
+	epoch    uint64
+	phase    phase
+	target   string // planned destination while releasing
+	from     string // owner before the current move
+	kind     string // "failover" or "handoff"
+	since    int64  // tick the current outage or move began
+	phaseAt  int64  // tick the current phase began
+	retryAt  int64  // no planned move before this tick
+	avoid    map[string]bool
+	asked    bool // failback requested by an operator
+	lastSeen ArrayState
+
+	fails     int    // consecutive failed takeovers (and re-assemblies of a failed array)
+	homeFails int    // consecutive failed takeovers at the home node
+	nextTry   int64  // no takeover before this tick (backoff)
+	lastErr   string // the last refused or failed action, and why
+	errMember string // the member lastErr is about; "" for a takeover
+	failed    string // the array failed (ArrayFailed, or more members lost than parity): why
+	failedBy  string // the owner that reported it; "" when the machine saw it
+	waitBack  bool   // the engine failed with these members: wait for one to return
+}
+
+// resetForAssemble puts members whose repair was interrupted back in the
+// queue and returns the members the new owner must treat as absent and
+// those it attaches as stale (resynced from the write-intent bitmap next).
+func (a *array) resetForAssemble() (absent, stale []string) {
+	for _, mb := range a.members {
+		switch mb.state {
+		case MemberResyncing:
+			mb.state, mb.progress = MemberStale, 0
+		case MemberRebuilding:
+			mb.state, mb.progress = MemberReplaced, 0
+		}
+		switch mb.state {
+		case MemberOK:
+		case MemberStale:
+			stale = append(stale, mb.drive)
+		default:
+			absent = append(absent, mb.drive)
+		}
+	}
+	return absent, stale
+}
+
+// absent counts members whose content cannot serve reads at all. A stale
+// member (its node was away) still holds everything outside the regions
+// its owner's write-intent bitmap marks dirty, so it counts as present.
+func (a *array) absent() int {
+	k := 0
+	for _, mb := range a.members {
+		if absentState(mb.state) {
+			k++
+		}
+	}
+	return k
+}
+
+func absentState(st MemberState) bool {
+	switch st {
+	case MemberOK, MemberStale, MemberResyncing:
+		return false
+	}
+	return true
+}
+
+// redundant: every member is fully in sync.
+func (a *array) redundant() bool {
+	for _, mb := range a.members {
+		if mb.state != MemberOK {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *array) readable() bool { return a.absent() <= a.level.Parity() }
+
+// canRetake: a takeover (or the re-assembly of a failed array) may start
+// now.
+func (a *array) canRetake(now int64) bool {
+	return a.readable() && now >= a.nextTry && (a.failed == "" || !a.waitBack || a.recoverable())
+}
+
+// recoverable: an array its owner reported failed may be assembled again.
+// Either every member is back (the engine assembles from the newest
+// consistent set), or the members not fully in sync — absent, stale — are
+// within parity. A stale member with another member still away is not
+// enough: its dirty regions have nothing to be rebuilt from.
+func (a *array) recoverable() bool {
+	out := 0
+	for _, mb := range a.members {
+		if mb.state != MemberOK {
+			out++
+		}
+	}
+	return a.absent() == 0 || out <= a.level.Parity()
+}
+
+func (m *Machine) state(a *array) ArrayState {
+	switch {
+	case !a.readable() || a.failed != "":
+		return StateFailed
+	case a.phase != phaseActive || m.nodes[a.owner].state != NodeUp:
+		return StateOffline
+	}
+	st := StateOptimal
+	for _, mb := range a.members {
+		switch mb.state {
+		case MemberResyncing, MemberRebuilding:
+			return StateRebuilding
+		case MemberOK:
+		default:
+			st = StateDegraded
+		}
+	}
+	return st
+}
