@@ -245,7 +245,7 @@ func TestBoundedNemesis(t *testing.T) {
 		wd = k
 	}
 	var out lockedBuilder
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	kinds, _ := ParseKinds(os.Getenv("TIER0_NEMESIS_KINDS"))
 	if os.Getenv("TIER0_NEMESIS_KINDS") == "" {
