@@ -18,3 +18,15 @@ func TestContract(t *testing.T) {
 		})
 	}
 }
+
+// TestContractMemory runs the contract suite against the memory device of
+// `fabric serve --ns mem:SIZE`.
+func TestContractMemory(t *testing.T) {
+	blockdevtest.Run(t, func(t *testing.T) blockdev.Device {
+		m, err := NewMemory(4<<20, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}, blockdevtest.Options{})
+}
