@@ -5,10 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -301,5 +303,54 @@ func TestResultSummaryAndErr(t *testing.T) {
 	r.Anomalies, r.Runs[1].Anomalies = nil, nil
 	if r.Err() != nil || !strings.Contains(r.Summary(), "PASSED") {
 		t.Fatalf("clean result: %v\n%s", r.Err(), r.Summary())
+	}
+}
+
+// TestRecoveryAsksEveryNode: a node just thawed answers from its view
+// before the freeze (all healthy) while the others still see an array
+// down; recovery must wait for every node's view, twice in a row.
+func TestRecoveryAsksEveryNode(t *testing.T) {
+	healthy := `[{"name":"a","state":"optimal","phase":"active","owner":"B","members":[{"drive":"A1","node":"A","state":"ok"}]}]`
+	down := `[{"name":"a","state":"degraded","phase":"active","owner":"B","members":[{"drive":"A1","node":"A","state":"stale"}]}]`
+	var mu sync.Mutex
+	asked := map[string]int{}
+	serve := func(name string, answer func(n int) string) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			asked[name]++
+			n := asked[name]
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, answer(n))
+		})}
+		go func() { _ = srv.Serve(l) }()
+		t.Cleanup(func() { srv.Close() })
+		return l.Addr().String()
+	}
+	a := serve("A", func(int) string { return healthy })
+	b := serve("B", func(n int) string {
+		if n <= 2 {
+			return down
+		}
+		return healthy
+	})
+	node := func(name, addr string) config.Node {
+		h, p, _ := net.SplitHostPort(addr)
+		port, _ := strconv.Atoi(p)
+		return config.Node{Name: name, Address: h, API: config.Endpoint{Port: port}}
+	}
+	e := &env{cfg: &config.Config{Nodes: []config.Node{node("A", a), node("B", b)}}, names: []string{"a"}, http: &http.Client{Timeout: 2 * time.Second}}
+	_, bad, err := e.waitHealthy(context.Background(), time.Minute)
+	if err != nil {
+		t.Fatalf("waitHealthy: %v %v", err, bad)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked["B"] != 4 || asked["A"] != 4 {
+		t.Fatalf("asked %v: want both nodes 4 times (B down twice, then healthy twice in a row)", asked)
 	}
 }
