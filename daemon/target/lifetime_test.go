@@ -156,3 +156,57 @@ func TestIdentifyAdvertisesCQT(t *testing.T) {
 		t.Error("CommandQuiesceTime 61 s accepted; CQT holds at most 65535 ms")
 	}
 }
+
+// TestKeepAliveTimeoutDropsQueuedCommands is the partitioned-host case of
+// the command lifetime rule: the host vanished without closing its
+// connections, so only the keep-alive timeout ends its controller. The
+// commands queued behind the one executing are dropped then, not run
+// against the device after the host (which waits KATO + CQT) resubmitted
+// them elsewhere; and the host's new I/O queue waits for the held one.
+func TestKeepAliveTimeoutDropsQueuedCommands(t *testing.T) {
+	clk := &fakeClock{}
+	clk.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	mem := blockdev.NewMem(testSize, testBS)
+	dev := newHoldFirstWrite(mem)
+	t.Cleanup(dev.release)
+	tg, addr := newTarget(t, Config{WorkersPerQueue: 1, Clock: clk, KeepAliveSweep: 5 * time.Millisecond}, dev)
+	adm := dialRaw(t, addr, 0)
+	c := adm.connect(testSubNQN, testHostNQN, testHostID, 0, nvme.CntlIDDynamic, 31, 1000) // KATO 1 s
+	if !c.Status.OK() {
+		t.Fatal(c.Status)
+	}
+	adm.enable()
+	id := uint16(c.DW0())
+	q := ioConnect(t, addr, 0, testHostNQN, testHostID, id, 1)
+	for cid := uint16(1); cid <= 4; cid++ {
+		s := rwSQE(nvme.CmdWrite, 1, 0, 1)
+		s.CID = cid
+		s.Flags = nvme.SQEFlagSGLMeta
+		s.DPTR = nvme.SGL{Length: testBS, Type: nvme.SGLTypeInCapsule}
+		q.sendCapsule(&s, bytes.Repeat([]byte{0xAA}, testBS))
+	}
+	select {
+	case <-dev.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first write never reached the device")
+	}
+	// Give the reader time to queue the other three (they are in the socket
+	// already); whether they were queued or not, none may run.
+	// (reading q.work is ordered after its creation by <-dev.entered)
+	tg.mu.Lock()
+	ctrl := tg.ctrls[id]
+	tg.mu.Unlock()
+	ctrl.mu.Lock()
+	ioq := ctrl.ioq[1]
+	ctrl.mu.Unlock()
+	for end := time.Now().Add(2 * time.Second); len(ioq.work) < 3 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	clk.Advance(2 * time.Second) // the host fell silent: past its KATO
+	waitGone(t, tg, id)
+	dev.release()
+	tg.Close()
+	if n := dev.writes.Load(); n != 1 {
+		t.Fatalf("%d writes reached the device after the keep-alive timeout, want 1 (the one executing); the queued ones must be dropped", n)
+	}
+}

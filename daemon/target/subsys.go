@@ -570,10 +570,15 @@ func (c *controller) shutdown() {
 	}
 	c.aers = nil
 	c.mu.Unlock()
-	// The I/O queues count as draining before the controller ID is freed,
-	// so that a reconnect of the host can never slip in between.
+	// The I/O queues count as draining, and are closed (their queued
+	// commands dropped from now on), before the controller ID is freed: a
+	// reconnect of the host can never slip in between, and no worker
+	// starts a queued command once the controller is gone.
 	for _, q := range ioqs {
 		q.beginDrain(c)
+	}
+	for _, q := range conns {
+		q.close()
 	}
 	c.sub.mu.Lock()
 	delete(c.sub.ctrls, c.id)
@@ -583,9 +588,6 @@ func (c *controller) shutdown() {
 		delete(c.t.ctrls, c.id)
 	}
 	c.t.mu.Unlock()
-	for _, q := range conns {
-		q.close() // queued commands are dropped from now on
-	}
 }
 
 // draining reports how many dead I/O queues of host h on s still have
