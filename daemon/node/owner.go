@@ -314,6 +314,13 @@ func (s *served) stopLocked(abort bool) {
 	s.epoch = 0
 	s.runEpoch.Store(0)
 	s.pending = map[int]string{}
+	// Not run here any more: its failure is no longer this node's to
+	// report, and the gate answers "not served" (unless the node is
+	// fenced, which the gate keeps saying).
+	s.clearFailed()
+	if !s.n.isFenced() {
+		s.gate.unblock()
+	}
 }
 
 func (s *served) stop(abort bool) {

@@ -8,15 +8,19 @@ import (
 	"tier0/daemon/config"
 )
 
+// scrubTakes bounds waiting for a scrub (a read of every stripe over the
+// loopback fabric, on a shared machine): a guard, not a speed goal.
+const scrubTakes = 3 * time.Minute
+
 // awaitScrub waits for the array's scrub record to show a finished run.
 func awaitScrub(t *testing.T, x *served) scrubRecord {
 	t.Helper()
-	for deadline := time.Now().Add(notReturning); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(scrubTakes); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if r := x.scrub.Load(); r != nil && !r.Running && !r.Finished.IsZero() {
 			return *r
 		}
 	}
-	t.Fatalf("no scrub finished within %s (record %+v)", notReturning, x.scrub.Load())
+	t.Fatalf("no scrub finished within %s (record %+v)", scrubTakes, x.scrub.Load())
 	return scrubRecord{}
 }
 

@@ -71,7 +71,7 @@ func (d *holdDev) ReadAt(p []byte, off int64) (int, error) {
 	return d.Mem.ReadAt(p, off)
 }
 
-const testDriveSize = 16 << 20
+const testDriveSize = 8 << 20
 
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
@@ -91,7 +91,7 @@ func newTestSite(t *testing.T) *testSite {
 	for _, name := range []string{"A", "B", "C", "D", "E"} {
 		drives := "[]"
 		if name >= "C" {
-			drives = fmt.Sprintf("[{name: %s1, path: %s, size: 16MiB}]", name, filepath.Join(dir, name+"1.img"))
+			drives = fmt.Sprintf("[{name: %s1, path: %s, size: 8MiB}]", name, filepath.Join(dir, name+"1.img"))
 		}
 		fmt.Fprintf(&b, "  - {name: %s, address: 127.0.0.1, backend: {port: %d}, frontend: {port: %d}, api: {port: %d}, drives: %s}\n",
 			name, freeTCPPort(t), freeTCPPort(t), freeTCPPort(t), drives)
