@@ -5,6 +5,67 @@ import (
 	"slices"
 )
 
+// stepLiveness applies the events of node membership and liveness: a node
+// joins, renews or loses its lease, restarts, fences itself, suspects a
+// partition or stops suspecting it.
+func (m *Machine) stepLiveness(ev Event) error {
+	switch e := ev.(type) {
+	case NodeJoined:
+		return m.join(e)
+	case Heartbeat:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		m.heartbeat(n)
+	case NodeReturned:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		if n.state != NodeDown {
+			// The daemon restarted before its old lease expired: the old
+			// process served nothing after it died, and the new one
+			// serves nothing yet.
+			m.restarted(n)
+		}
+		m.heartbeat(n)
+	case LeaseExpired:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		m.nodeLost(n, "lease expired in the store")
+	case SelfLeaseLost:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		m.selfFence(n, "lease renewal failed")
+	case PartitionSuspected:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		if !n.suspect {
+			n.suspect = true
+			m.emit(RecordEvent{Kind: "partition-suspected", Node: n.id})
+		}
+	case PartitionCleared:
+		n, err := m.node(e.Node)
+		if err != nil {
+			return err
+		}
+		if n.suspect {
+			n.suspect = false
+			m.emit(RecordEvent{Kind: "partition-cleared", Node: n.id})
+		}
+	default:
+		return badEvent(ev)
+	}
+	return nil
+}
+
 func (m *Machine) join(e NodeJoined) error {
 	if e.Node == "" {
 		return fmt.Errorf("node with empty name: %w", ErrBadConfig)

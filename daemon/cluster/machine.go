@@ -141,232 +141,27 @@ func (m *Machine) array(name string) (*array, error) {
 	return a, nil
 }
 
+// step applies one event without reconciling. As etcd-raft's Step hands a
+// message to stepLeader, stepCandidate or stepFollower, it hands each event
+// to the step function of its concern; each lives in the file named for it.
 func (m *Machine) step(ev Event) error {
-	switch e := ev.(type) {
-	case NodeJoined:
-		return m.join(e)
-	case ArrayDefined:
-		return m.define(e)
-	case Heartbeat:
-		n, err := m.node(e.Node)
-		if err != nil {
-			return err
-		}
-		m.heartbeat(n)
-	case NodeReturned:
-		n, err := m.node(e.Node)
-		if err != nil {
-			return err
-		}
-		if n.state != NodeDown {
-			// The daemon restarted before its old lease expired: the old
-			// process served nothing after it died, and the new one
-			// serves nothing yet.
-			m.restarted(n)
-		}
-		m.heartbeat(n)
-	case LeaseExpired:
-		n, err := m.node(e.Node)
-		if err != nil {
-			return err
-		}
-		m.nodeLost(n, "lease expired in the store")
-	case SelfLeaseLost:
-		n, err := m.node(e.Node)
-		if err != nil {
-			return err
-		}
-		m.selfFence(n, "lease renewal failed")
-	case PartitionSuspected:
-		n, err := m.node(e.Node)
-		if err != nil {
-			return err
-		}
-		if !n.suspect {
-			n.suspect = true
-			m.emit(RecordEvent{Kind: "partition-suspected", Node: n.id})
-		}
-	case PartitionCleared:
-		n, err := m.node(e.Node)
-		if err != nil {
-			return err
-		}
-		if n.suspect {
-			n.suspect = false
-			m.emit(RecordEvent{Kind: "partition-cleared", Node: n.id})
-		}
-	case DrainRequested:
-		n, err := m.node(e.Node)
-		if err != nil {
-			return err
-		}
-		if !n.draining {
-			n.draining = true
-			m.emit(RecordEvent{Kind: "drain", Node: n.id})
-			m.clearRetry()
-		}
-	case UndrainRequested:
-		n, err := m.node(e.Node)
-		if err != nil {
-			return err
-		}
-		if n.draining {
-			n.draining = false
-			m.emit(RecordEvent{Kind: "undrain", Node: n.id})
-			m.clearRetry()
-		}
-	case FailbackRequested:
-		a, err := m.array(e.Array)
-		if err != nil {
-			return err
-		}
-		a.asked, a.retryAt = true, 0
-	case FenceDone:
-		a, err := m.array(e.Array)
-		if err != nil {
-			return err
-		}
-		if a.phase != phaseFencing || a.owner != e.Node || a.epoch != e.Epoch || m.nodes[e.Node].state != NodeUp {
-			// A stale report of a superseded attempt, or one a node that
-			// fenced itself performed late: once its lease is renewed it
-			// takes the array again under a new epoch.
-			return nil
-		}
-		a.phase, a.phaseAt = phaseAssembling, m.now
-		absent, stale := a.resetForAssemble()
-		m.emit(Assemble{Array: a.name, Node: a.owner, Epoch: a.epoch, Degraded: absent, Stale: stale})
-	case FenceFailed:
-		return m.attemptFailed(e.Array, e.Node, e.Epoch, phaseFencing, "fence failed: "+e.Reason)
-	case AssembleFailed:
-		return m.attemptFailed(e.Array, e.Node, e.Epoch, phaseAssembling, "assemble failed: "+e.Reason)
-	case ArrayAssembled:
-		a, err := m.array(e.Array)
-		if err != nil {
-			return err
-		}
-		if a.phase != phaseAssembling || a.owner != e.Node || a.epoch != e.Epoch || m.nodes[e.Node].state != NodeUp {
-			return nil // as for FenceDone
-		}
-		a.phase, a.phaseAt = phaseActive, m.now
-		m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAOptimized, Epoch: a.epoch})
-		if a.failed != "" {
-			m.emit(RecordEvent{Kind: "recovered", Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since,
-				Message: "assembled again after: " + a.failed})
-			a.failed, a.failedBy, a.waitBack = "", "", false
-		} else {
-			m.emit(RecordEvent{Kind: a.kind, Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since})
-		}
-		a.avoid, a.fails, a.homeFails, a.nextTry = nil, 0, 0, 0
-		if a.errMember == "" {
-			a.lastErr = ""
-		}
-		if a.owner == a.home {
-			a.asked = false
-		}
-	case OwnershipAcquired:
-		a, err := m.array(e.Array)
-		if err != nil {
-			return err
-		}
-		if e.Epoch > a.epoch {
-			m.adopt(a, e.Node, e.Epoch)
-		}
-	case OwnershipLost:
-		a, err := m.array(e.Array)
-		if err != nil {
-			return err
-		}
-		if e.WinnerEpoch >= a.epoch && (e.WinnerEpoch > a.epoch || e.Winner != a.owner) {
-			m.adopt(a, e.Winner, e.WinnerEpoch)
-		}
-	case Released:
-		a, err := m.array(e.Array)
-		if err != nil {
-			return err
-		}
-		if a.owner != e.Node || a.epoch != e.Epoch {
-			return nil
-		}
-		switch a.phase {
-		case phaseReleasing:
-			t := a.target
-			if !m.eligible(t) || t == a.owner {
-				t = m.leastLoaded(a, a.owner)
-			}
-			if t == "" {
-				a.phase, a.from = phaseIdle, a.owner
-				return nil
-			}
-			m.startTakeover(a, t, "handoff")
-		case phaseActive: // a release that arrived after its move was abandoned
-			a.phase, a.from, a.since, a.kind = phaseIdle, a.owner, m.now, "handoff"
-		}
-	case ResyncDone:
-		mb, err := m.member(e.Array, e.Member)
-		if err != nil {
-			return err
-		}
-		if e.Epoch != 0 && e.Epoch != m.arrays[e.Array].epoch {
-			return nil // reported by a superseded owner
-		}
-		if mb.state == MemberResyncing {
-			mb.state, mb.progress = MemberOK, 100
-			m.repairDone(m.arrays[e.Array], mb)
-		}
-	case RebuildDone:
-		mb, err := m.member(e.Array, e.Member)
-		if err != nil {
-			return err
-		}
-		if e.Epoch != 0 && e.Epoch != m.arrays[e.Array].epoch {
-			return nil // reported by a superseded owner
-		}
-		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
-			mb.state, mb.progress = MemberOK, 100
-			m.repairDone(m.arrays[e.Array], mb)
-		}
-	case RebuildProgress:
-		mb, err := m.member(e.Array, e.Member)
-		if err != nil {
-			return err
-		}
-		if e.Epoch != 0 && e.Epoch != m.arrays[e.Array].epoch {
-			return nil // reported by a superseded owner
-		}
-		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
-			mb.progress = max(0, min(100, e.Percent))
-		}
-	case MemberFailed:
-		mb, err := m.member(e.Array, e.Member)
-		if err != nil {
-			return err
-		}
-		if mb.state != MemberDriveFailed {
-			mb.state, mb.progress = MemberDriveFailed, 0
-			m.emit(RecordEvent{Kind: "member-failed", Array: e.Array, Node: mb.node, Message: "drive " + mb.drive})
-		}
-	case ArrayFailed:
-		return m.arrayFailed(e)
-	case RepairFailed:
-		return m.repairFailed(e)
-	case ArrayObserved:
-		return m.observed(e)
-	case DriveReplaced:
-		if _, ok := m.drives[e.Drive]; !ok {
-			return fmt.Errorf("drive %q is not on any joined node: %w", e.Drive, ErrUnknownDrive)
-		}
-		for _, name := range m.arrayOrder {
-			for _, mb := range m.arrays[name].members {
-				if mb.drive == e.Drive && mb.state == MemberDriveFailed {
-					mb.state = MemberReplaced
-				}
-			}
-		}
-	default:
-		return fmt.Errorf("event %T: %w", ev, ErrBadConfig)
+	switch ev.(type) {
+	case NodeJoined, Heartbeat, NodeReturned, LeaseExpired, SelfLeaseLost, PartitionSuspected, PartitionCleared:
+		return m.stepLiveness(ev) // liveness.go
+	case FenceDone, FenceFailed, ArrayAssembled, AssembleFailed, OwnershipAcquired, OwnershipLost, Released:
+		return m.stepOwnership(ev) // ownership.go
+	case ResyncDone, RebuildProgress, RebuildDone, RepairFailed, MemberFailed, DriveReplaced, ArrayFailed:
+		return m.stepRepair(ev) // repair.go
+	case DrainRequested, UndrainRequested, FailbackRequested:
+		return m.stepOperator(ev) // operator.go
+	case ArrayDefined, ArrayObserved:
+		return m.stepRecord(ev) // records.go
 	}
-	return nil
+	return badEvent(ev)
 }
+
+// badEvent is Step's answer to an event no step function takes.
+func badEvent(ev Event) error { return fmt.Errorf("event %T: %w", ev, ErrBadConfig) }
 
 func (m *Machine) member(arrayName, drive string) (*member, error) {
 	a, err := m.array(arrayName)

@@ -2,6 +2,120 @@ package cluster
 
 import "fmt"
 
+// stepOwnership applies the reports of a move of ownership: the new
+// owner's fence and assembly (done or failed), the store's word on who won
+// the ownership CAS, the old owner's release of a planned hand-off. A
+// report of a superseded attempt (another node, an older epoch) changes
+// nothing.
+func (m *Machine) stepOwnership(ev Event) error {
+	switch e := ev.(type) {
+	case FenceDone:
+		return m.fenceDone(e)
+	case FenceFailed:
+		return m.attemptFailed(e.Array, e.Node, e.Epoch, phaseFencing, "fence failed: "+e.Reason)
+	case ArrayAssembled:
+		return m.assembled(e)
+	case AssembleFailed:
+		return m.attemptFailed(e.Array, e.Node, e.Epoch, phaseAssembling, "assemble failed: "+e.Reason)
+	case OwnershipAcquired:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		if e.Epoch > a.epoch {
+			m.adopt(a, e.Node, e.Epoch)
+		}
+	case OwnershipLost:
+		a, err := m.array(e.Array)
+		if err != nil {
+			return err
+		}
+		if e.WinnerEpoch >= a.epoch && (e.WinnerEpoch > a.epoch || e.Winner != a.owner) {
+			m.adopt(a, e.Winner, e.WinnerEpoch)
+		}
+	case Released:
+		return m.released(e)
+	default:
+		return badEvent(ev)
+	}
+	return nil
+}
+
+// fenceDone: the new owner holds the array's members; it assembles it next.
+func (m *Machine) fenceDone(e FenceDone) error {
+	a, err := m.array(e.Array)
+	if err != nil {
+		return err
+	}
+	if a.phase != phaseFencing || a.owner != e.Node || a.epoch != e.Epoch || m.nodes[e.Node].state != NodeUp {
+		// A stale report of a superseded attempt, or one a node that
+		// fenced itself performed late: once its lease is renewed it
+		// takes the array again under a new epoch.
+		return nil
+	}
+	a.phase, a.phaseAt = phaseAssembling, m.now
+	absent, stale := a.resetForAssemble()
+	m.emit(Assemble{Array: a.name, Node: a.owner, Epoch: a.epoch, Degraded: absent, Stale: stale})
+	return nil
+}
+
+// assembled: the new owner serves the array. It turns ANA optimized, the
+// move is recorded, and the failures that led to it are forgotten.
+func (m *Machine) assembled(e ArrayAssembled) error {
+	a, err := m.array(e.Array)
+	if err != nil {
+		return err
+	}
+	if a.phase != phaseAssembling || a.owner != e.Node || a.epoch != e.Epoch || m.nodes[e.Node].state != NodeUp {
+		return nil // as for FenceDone
+	}
+	a.phase, a.phaseAt = phaseActive, m.now
+	m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAOptimized, Epoch: a.epoch})
+	if a.failed != "" {
+		m.emit(RecordEvent{Kind: "recovered", Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since,
+			Message: "assembled again after: " + a.failed})
+		a.failed, a.failedBy, a.waitBack = "", "", false
+	} else {
+		m.emit(RecordEvent{Kind: a.kind, Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since})
+	}
+	a.avoid, a.fails, a.homeFails, a.nextTry = nil, 0, 0, 0
+	if a.errMember == "" {
+		a.lastErr = ""
+	}
+	if a.owner == a.home {
+		a.asked = false
+	}
+	return nil
+}
+
+// released: the old owner of a planned hand-off stopped serving the
+// array; the takeover by its destination (or, if that one is no longer
+// eligible, the least loaded node) starts.
+func (m *Machine) released(e Released) error {
+	a, err := m.array(e.Array)
+	if err != nil {
+		return err
+	}
+	if a.owner != e.Node || a.epoch != e.Epoch {
+		return nil
+	}
+	switch a.phase {
+	case phaseReleasing:
+		t := a.target
+		if !m.eligible(t) || t == a.owner {
+			t = m.leastLoaded(a, a.owner)
+		}
+		if t == "" {
+			a.phase, a.from = phaseIdle, a.owner
+			return nil
+		}
+		m.startTakeover(a, t, "handoff")
+	case phaseActive: // a release that arrived after its move was abandoned
+		a.phase, a.from, a.since, a.kind = phaseIdle, a.owner, m.now, "handoff"
+	}
+	return nil
+}
+
 func (m *Machine) startTakeover(a *array, to, kind string) {
 	old, oldEpoch := a.owner, a.epoch
 	if a.phase == phaseIdle {

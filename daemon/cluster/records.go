@@ -5,6 +5,19 @@ import (
 	"slices"
 )
 
+// stepRecord applies what the store records about an array: its
+// definition in the desired state (ArrayDefined), and what was last
+// observed of it, for a machine rebuilt from the store (ArrayObserved).
+func (m *Machine) stepRecord(ev Event) error {
+	switch e := ev.(type) {
+	case ArrayDefined:
+		return m.define(e)
+	case ArrayObserved:
+		return m.observed(e)
+	}
+	return badEvent(ev)
+}
+
 func (m *Machine) define(e ArrayDefined) error {
 	if _, ok := m.arrays[e.Name]; ok {
 		return fmt.Errorf("array %q defined twice: %w", e.Name, ErrBadConfig)

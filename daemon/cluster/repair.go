@@ -2,6 +2,83 @@ package cluster
 
 import "fmt"
 
+// stepRepair applies what happens to members and to an array's health:
+// a drive fails or is replaced, a repair reports progress, success or
+// failure, the owner reports the array failed.
+func (m *Machine) stepRepair(ev Event) error {
+	switch e := ev.(type) {
+	case ResyncDone:
+		a, mb, err := m.repairReport(e.Array, e.Member, e.Epoch)
+		if mb == nil {
+			return err
+		}
+		if mb.state == MemberResyncing {
+			mb.state, mb.progress = MemberOK, 100
+			m.repairDone(a, mb)
+		}
+	case RebuildDone:
+		a, mb, err := m.repairReport(e.Array, e.Member, e.Epoch)
+		if mb == nil {
+			return err
+		}
+		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
+			mb.state, mb.progress = MemberOK, 100
+			m.repairDone(a, mb)
+		}
+	case RebuildProgress:
+		_, mb, err := m.repairReport(e.Array, e.Member, e.Epoch)
+		if mb == nil {
+			return err
+		}
+		if mb.state == MemberRebuilding || mb.state == MemberResyncing {
+			mb.progress = max(0, min(100, e.Percent))
+		}
+	case RepairFailed:
+		return m.repairFailed(e)
+	case MemberFailed:
+		mb, err := m.member(e.Array, e.Member)
+		if err != nil {
+			return err
+		}
+		if mb.state != MemberDriveFailed {
+			mb.state, mb.progress = MemberDriveFailed, 0
+			m.emit(RecordEvent{Kind: "member-failed", Array: e.Array, Node: mb.node, Message: "drive " + mb.drive})
+		}
+	case DriveReplaced:
+		if _, ok := m.drives[e.Drive]; !ok {
+			return fmt.Errorf("drive %q is not on any joined node: %w", e.Drive, ErrUnknownDrive)
+		}
+		for _, name := range m.arrayOrder {
+			for _, mb := range m.arrays[name].members {
+				if mb.drive == e.Drive && mb.state == MemberDriveFailed {
+					mb.state = MemberReplaced
+				}
+			}
+		}
+	case ArrayFailed:
+		return m.arrayFailed(e)
+	default:
+		return badEvent(ev)
+	}
+	return nil
+}
+
+// repairReport looks up the array and the member a repair report names.
+// The member is nil when the report names none (err says why) or when a
+// superseded owner sent it: its epoch is not the array's (0 skips the
+// check).
+func (m *Machine) repairReport(arrayName, drive string, epoch uint64) (*array, *member, error) {
+	mb, err := m.member(arrayName, drive)
+	if err != nil {
+		return nil, nil, err
+	}
+	a := m.arrays[arrayName]
+	if epoch != 0 && epoch != a.epoch {
+		return a, nil, nil
+	}
+	return a, mb, nil
+}
+
 // arrayFailed: the owner's RAID engine lost more members than the level
 // has parity and stopped serving. The owner is the authority (it knows,
 // for instance, that a member under delta resync cannot serve its dirty
@@ -65,13 +142,9 @@ func (m *Machine) markFailed(a *array, by, reason string) {
 // repairFailed: the owner refused or failed a Resync/Rebuild. The member
 // goes back to waiting and the repair is ordered again after a backoff.
 func (m *Machine) repairFailed(e RepairFailed) error {
-	mb, err := m.member(e.Array, e.Member)
-	if err != nil {
-		return err
-	}
-	a := m.arrays[e.Array]
-	if e.Epoch != 0 && e.Epoch != a.epoch {
-		return nil // reported by a superseded owner
+	a, mb, err := m.repairReport(e.Array, e.Member, e.Epoch)
+	if mb == nil {
+		return err // nil for a report from a superseded owner
 	}
 	what := "resync"
 	switch mb.state {
