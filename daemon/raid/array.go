@@ -572,6 +572,7 @@ func (a *Array) call(m *member, op string, f func() error) error {
 type timedReq struct {
 	state atomic.Int32 // reqRunning, reqAbandoned, reqEnded
 	done  chan error
+	timer *time.Timer
 	ref   *[]byte // the pooled buffer
 	buf   []byte
 	m     *member
@@ -638,20 +639,28 @@ func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua bo
 }
 
 // timed runs one member request on a private copy of p under the I/O
-// timeout.
+// timeout. The request state (with its channel and timer) is pooled: the
+// caller puts it back after a normal completion, the request's goroutine
+// after an abandoned one (the caller no longer touches it then).
 func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
-	r := &timedReq{done: make(chan error, 1), ref: getBufRef(int64(len(p))), m: m, off: off, write: write, fua: fua}
+	r := timedPool.Get().(*timedReq)
+	r.state.Store(reqRunning)
+	r.ref, r.m, r.off, r.write, r.fua = getBufRef(int64(len(p))), m, off, write, fua
 	r.buf = *r.ref
 	if write {
 		copy(r.buf, p)
 	}
-	go r.run()
-	t := time.NewTimer(a.pol.IOTimeout)
+	startOp(opJob{t: r})
+	if r.timer == nil {
+		r.timer = time.NewTimer(a.pol.IOTimeout)
+	} else {
+		r.timer.Reset(a.pol.IOTimeout)
+	}
 	select {
 	case err := <-r.done:
-		t.Stop()
+		r.timer.Stop()
 		return r.finish(p, err)
-	case <-t.C:
+	case <-r.timer.C:
 		if r.state.CompareAndSwap(reqRunning, reqAbandoned) {
 			return fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
 		}
@@ -659,14 +668,17 @@ func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
 	}
 }
 
+var timedPool = sync.Pool{New: func() any { return &timedReq{done: make(chan error, 1)} }}
+
 func (r *timedReq) run() {
 	err := memberIO(r.m, r.buf, r.off, r.write, r.fua)
 	if r.state.CompareAndSwap(reqRunning, reqEnded) {
 		r.done <- err
 		return
 	}
-	// Abandoned at the deadline: nobody else holds the buffer.
+	// Abandoned at the deadline: nobody else holds the buffer or r.
 	putBufRef(r.ref)
+	r.recycle()
 }
 
 func (r *timedReq) finish(p []byte, err error) error {
@@ -674,7 +686,13 @@ func (r *timedReq) finish(p []byte, err error) error {
 		copy(p, r.buf)
 	}
 	putBufRef(r.ref)
+	r.recycle()
 	return err
+}
+
+func (r *timedReq) recycle() {
+	r.ref, r.buf, r.m = nil, nil, nil
+	timedPool.Put(r)
 }
 
 func (a *Array) mread(m *member, p []byte, off int64) error {

@@ -86,6 +86,14 @@ func (c *coder) encode(data, parity [][]byte) {
 	}
 }
 
+// encodeShards computes the parity shards (the last np) of shards from
+// the data (the first nd); all have one length. It allocates nothing.
+func (c *coder) encodeShards(shards [][]byte) {
+	if err := c.enc.Encode(shards); err != nil {
+		panic(fmt.Sprintf("raid: encode: %v", err)) // equal-length shards: cannot fail
+	}
+}
+
 // mulXor does dst ^= coef(k,i) * src where k is the parity index (0 = P,
 // 1 = Q) and i the data index.
 func (c *coder) mulXor(k, i int, src, dst []byte) {

@@ -73,13 +73,15 @@ func putBufRef(p *[]byte) {
 	bufPools[bits.Len(uint(c))-1].Put(p)
 }
 
-// scratch collects the buffers of one operation for release.
-type scratch struct{ bufs [][]byte }
+// scratch collects the buffers of one operation for release. It keeps
+// the pool's references so that release allocates nothing; a scratch
+// kept in a pooled stripeWork reuses its list too.
+type scratch struct{ refs []*[]byte }
 
 func (s *scratch) get(n int64) []byte {
-	b := getBuf(n)
-	s.bufs = append(s.bufs, b)
-	return b
+	r := getBufRef(n)
+	s.refs = append(s.refs, r)
+	return *r
 }
 
 func (s *scratch) zero(n int64) []byte {
@@ -89,8 +91,9 @@ func (s *scratch) zero(n int64) []byte {
 }
 
 func (s *scratch) release() {
-	for _, b := range s.bufs {
-		putBuf(b)
+	for i, r := range s.refs {
+		putBufRef(r)
+		s.refs[i] = nil
 	}
-	s.bufs = s.bufs[:0]
+	s.refs = s.refs[:0]
 }

@@ -1,0 +1,231 @@
+package raid
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Member requests of one batch run in parallel: the caller runs the
+// first itself and hands the others to parked worker goroutines (a new
+// one only when none is idle), so that a batch allocates nothing — a
+// go statement with a closure allocates per request.
+
+// mop is one member request of a batch.
+type mop struct {
+	m     *member
+	buf   []byte
+	off   int64
+	write bool
+	fua   bool
+}
+
+// fanBatch collects the results of one batch.
+type fanBatch struct {
+	wg   sync.WaitGroup
+	errs []error
+}
+
+var batchPool = sync.Pool{New: func() any { return new(fanBatch) }}
+
+// opJob is one unit of a batch for a worker: a single request, or (merged)
+// one member's requests in order through runMerged.
+type opJob struct {
+	a      *Array
+	o      mop
+	ops    []mop
+	merged bool
+	b      *fanBatch
+	i      int
+	t      *timedReq // a timed request's own goroutine (no batch)
+}
+
+func (j *opJob) do() {
+	if j.t != nil {
+		j.t.run()
+		return
+	}
+	var err error
+	if j.merged {
+		err = j.a.runMerged(j.ops)
+	} else {
+		err = j.a.do(j.o)
+	}
+	j.b.errs[j.i] = err
+	j.b.wg.Done()
+}
+
+// idleOps hands a job to a parked worker; unbuffered, so a send succeeds
+// only when one is waiting.
+var idleOps = make(chan opJob)
+
+// opIdle is how long a worker stays parked before it exits.
+const opIdle = 2 * time.Second
+
+func startOp(j opJob) {
+	select {
+	case idleOps <- j:
+	default:
+		go opWorker(j)
+	}
+}
+
+func opWorker(j opJob) {
+	var t *time.Timer
+	for {
+		j.do()
+		j = opJob{}
+		if t == nil {
+			t = time.NewTimer(opIdle)
+		} else {
+			t.Reset(opIdle)
+		}
+		select {
+		case j = <-idleOps:
+			t.Stop()
+		case <-t.C:
+			return
+		}
+	}
+}
+
+func (a *Array) do(o mop) error {
+	if o.write {
+		return a.mwrite(o.m, o.buf, o.off, o.fua)
+	}
+	return a.mread(o.m, o.buf, o.off)
+}
+
+func getBatch(n int) *fanBatch {
+	b := batchPool.Get().(*fanBatch)
+	if cap(b.errs) < n {
+		b.errs = make([]error, n)
+	}
+	b.errs = b.errs[:n]
+	return b
+}
+
+// finish waits for the batch and returns its error: a fencing or stop
+// error if one occurred, else errGone when a member failed, else nil.
+func (b *fanBatch) finish() error {
+	b.wg.Wait()
+	var gone error
+	var other error
+	for i, e := range b.errs {
+		b.errs[i] = nil
+		switch {
+		case e == nil:
+		case errors.Is(e, errGone):
+			gone = e
+		case other == nil:
+			other = e
+		}
+	}
+	batchPool.Put(b)
+	if other != nil {
+		return other
+	}
+	return gone
+}
+
+// run performs ops in parallel. It returns a fencing or stop error if one
+// occurred, else errGone when a member failed, else nil.
+func (a *Array) run(ops []mop) error {
+	switch len(ops) {
+	case 0:
+		return nil
+	case 1:
+		return a.do(ops[0])
+	}
+	b := getBatch(len(ops))
+	b.wg.Add(len(ops) - 1)
+	for i := 1; i < len(ops); i++ {
+		startOp(opJob{a: a, o: ops[i], b: b, i: i})
+	}
+	b.errs[0] = a.do(ops[0])
+	return b.finish()
+}
+
+// runGrouped runs ops with one worker per member, each member's
+// requests in their order (it reorders ops in place, stably by role).
+func (a *Array) runGrouped(ops []mop) error {
+	if len(ops) <= 1 {
+		return a.run(ops)
+	}
+	slices.SortStableFunc(ops, func(x, y mop) int { return x.m.role - y.m.role })
+	groups := 0
+	for i := range ops {
+		if i == 0 || ops[i].m != ops[i-1].m {
+			groups++
+		}
+	}
+	if groups == 1 {
+		return a.runMerged(ops)
+	}
+	b := getBatch(groups)
+	b.wg.Add(groups - 1)
+	var first []mop
+	g := 0
+	for i := 0; i < len(ops); {
+		j := i + 1
+		for j < len(ops) && ops[j].m == ops[i].m {
+			j++
+		}
+		if g == 0 {
+			first = ops[i:j]
+		} else {
+			startOp(opJob{a: a, ops: ops[i:j], merged: true, b: b, i: g})
+		}
+		g++
+		i = j
+	}
+	b.errs[0] = a.runMerged(first)
+	return b.finish()
+}
+
+// maxMerge bounds one merged member request.
+const maxMerge = 4 << 20
+
+// runMerged runs one member's requests in order, turning runs of
+// requests that are contiguous on the member (consecutive stripes) into
+// one request through a bounce buffer: one large I/O costs a drive or a
+// fabric much less than many chunk-sized ones, and a copy is cheap.
+func (a *Array) runMerged(ops []mop) error {
+	for i := 0; i < len(ops); {
+		j, n := i+1, int64(len(ops[i].buf))
+		for j < len(ops) && ops[j].write == ops[i].write && ops[j].fua == ops[i].fua &&
+			ops[j].off == ops[i].off+n && n+int64(len(ops[j].buf)) <= maxMerge {
+			n += int64(len(ops[j].buf))
+			j++
+		}
+		if j == i+1 {
+			if err := a.do(ops[i]); err != nil {
+				return err
+			}
+			i = j
+			continue
+		}
+		ref := getBufRef(n)
+		bounce := *ref
+		if ops[i].write {
+			pos := 0
+			for _, o := range ops[i:j] {
+				pos += copy(bounce[pos:], o.buf)
+			}
+		}
+		err := a.do(mop{m: ops[i].m, buf: bounce, off: ops[i].off, write: ops[i].write, fua: ops[i].fua})
+		if err == nil && !ops[i].write {
+			pos := 0
+			for _, o := range ops[i:j] {
+				pos += copy(o.buf, bounce[pos:])
+			}
+		}
+		putBufRef(ref)
+		if err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
