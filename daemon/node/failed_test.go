@@ -92,4 +92,42 @@ func TestArrayFailedStopsServingAndComesBack(t *testing.T) {
 	if st, err := a.frontend.ANAState(x.nqn, anaGroup); err != nil || st != nvme.ANAOptimized {
 		t.Errorf("re-assembled array: ANA %v (%v), want optimized", st, err)
 	}
+
+	// Again, but this time nobody asks: the owner sees the members return
+	// (its periodic retry) and serves the array again by itself. First let
+	// the resync of the members that came back stale finish.
+	for deadline := time.Now().Add(scrubTakes); ; time.Sleep(20 * time.Millisecond) {
+		st := x.array.Status()
+		active := 0
+		for _, m := range st.Members {
+			if m.State == "active" {
+				active++
+			}
+		}
+		if active == len(st.Members) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members not back in sync within %s: %+v", scrubTakes, st.Members)
+		}
+	}
+	for _, name := range []string{"C", "D"} {
+		if err := s.node(name).backend.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.awaitReport("A", "array-failed", func() { _, _ = x.gate.WriteAt(stripe, 0) })
+	a.retryFailed(t.Context())
+	if !x.arrayFailed() {
+		t.Fatal("the array came back while two of its three members were still away")
+	}
+	for _, name := range []string{"C", "D"} {
+		if err := s.node(name).startBackend(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.awaitReport("A", "assembled", func() { a.retryFailed(t.Context()) })
+	if _, err := x.gate.ReadAt(got, keptAt); err != nil || !bytes.Equal(got, kept) {
+		t.Fatalf("read after the owner re-assembled the array by itself: err %v, data %x..., want %x...", err, got[:4], kept[:4])
+	}
 }
