@@ -96,15 +96,46 @@ type SlurmResume struct{ Node, Reason string }
 // RecordEvent: the coordinator appends a typed event to the store's event
 // log (and metrics count it).
 type RecordEvent struct {
-	Kind    string // failover, degraded, failed, recovered, handoff-aborted, ...
+	Kind    string // one of the kinds below (eventKind)
 	Array   string
 	Node    string
 	From    string
 	To      string
 	Epoch   uint64
-	Ticks   int64 // failover duration, for Kind failover
+	Ticks   int64 // duration of the move, for the kinds of a move
 	Message string
 }
+
+// eventKind is the Kind of a RecordEvent. RecordEvent.Kind stays a plain
+// string, as the store's event log and the metrics read it; the machine
+// records only these kinds.
+type eventKind string
+
+const (
+	// A move of ownership completed (Ticks is its duration). array.kind
+	// says which kind the move under way is.
+	kindAssign   eventKind = "assign"   // the array got its first owner
+	kindFailover eventKind = "failover" // its owner was lost, restarted or fenced itself
+	kindHandoff  eventKind = "handoff"  // a planned move: drain, failback
+
+	kindRecovered      eventKind = "recovered"       // a failed array was assembled again
+	kindTakeoverFailed eventKind = "takeover-failed" // a fence or assembly failed or timed out
+	kindHandoffAborted eventKind = "handoff-aborted" // the old owner did not release in time
+	kindState          eventKind = "state"           // the array's state changed: "old -> new"
+	kindArrayFailed    eventKind = "array-failed"
+	kindMemberFailed   eventKind = "member-failed"
+	kindRepairFailed   eventKind = "repair-failed"
+
+	kindNodeLost           eventKind = "node-lost"
+	kindNodeReturned       eventKind = "node-returned"
+	kindNodeRestarted      eventKind = "node-restarted"
+	kindSelfFence          eventKind = "self-fence"
+	kindLeaseRegained      eventKind = "lease-regained"
+	kindPartitionSuspected eventKind = "partition-suspected"
+	kindPartitionCleared   eventKind = "partition-cleared"
+	kindDrain              eventKind = "drain"
+	kindUndrain            eventKind = "undrain"
+)
 
 func (a Fence) Performer() string       { return a.Node }
 func (a Assemble) Performer() string    { return a.Node }
@@ -174,7 +205,7 @@ func (a RecordEvent) String() string {
 	if a.Epoch != 0 {
 		fmt.Fprintf(&b, " epoch=%d", a.Epoch)
 	}
-	if a.Kind == "failover" || a.Kind == "handoff" {
+	if k := eventKind(a.Kind); k == kindFailover || k == kindHandoff {
 		fmt.Fprintf(&b, " ticks=%d", a.Ticks)
 	}
 	if a.Message != "" {

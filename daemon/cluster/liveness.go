@@ -49,7 +49,7 @@ func (m *Machine) stepLiveness(ev Event) error {
 		}
 		if !n.suspect {
 			n.suspect = true
-			m.emit(RecordEvent{Kind: "partition-suspected", Node: n.id})
+			m.record(kindPartitionSuspected, RecordEvent{Node: n.id})
 		}
 	case PartitionCleared:
 		n, err := m.node(e.Node)
@@ -58,7 +58,7 @@ func (m *Machine) stepLiveness(ev Event) error {
 		}
 		if n.suspect {
 			n.suspect = false
-			m.emit(RecordEvent{Kind: "partition-cleared", Node: n.id})
+			m.record(kindPartitionCleared, RecordEvent{Node: n.id})
 		}
 	default:
 		return badEvent(ev)
@@ -99,7 +99,7 @@ func (m *Machine) heartbeat(n *node) {
 	switch n.state {
 	case NodeDown:
 		n.state = NodeUp
-		m.emit(RecordEvent{Kind: "node-returned", Node: n.id})
+		m.record(kindNodeReturned, RecordEvent{Node: n.id})
 		m.emit(Export{Node: n.id, Drives: slices.Clone(n.drives)})
 		for _, name := range m.arrayOrder {
 			for _, mb := range m.arrays[name].members {
@@ -115,19 +115,19 @@ func (m *Machine) heartbeat(n *node) {
 		// arrays, but it stopped serving them, so it takes them back
 		// under a new epoch like any other owner.
 		n.state = NodeUp
-		m.emit(RecordEvent{Kind: "lease-regained", Node: n.id})
+		m.record(kindLeaseRegained, RecordEvent{Node: n.id})
 		m.nodeBack(n)
 		for _, name := range m.arrayOrder {
 			a := m.arrays[name]
 			if a.owner == n.id && a.phase != phaseIdle {
-				a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+				a.phase, a.from, a.kind = phaseIdle, n.id, kindFailover
 			}
 		}
 	}
 }
 
 func (m *Machine) restarted(n *node) {
-	m.emit(RecordEvent{Kind: "node-restarted", Node: n.id})
+	m.record(kindNodeRestarted, RecordEvent{Node: n.id})
 	n.state = NodeDown
 	for _, name := range m.arrayOrder {
 		a := m.arrays[name]
@@ -145,7 +145,7 @@ func (m *Machine) restarted(n *node) {
 			if a.phase == phaseActive {
 				a.since = m.now
 			}
-			a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+			a.phase, a.from, a.kind = phaseIdle, n.id, kindFailover
 		}
 	}
 }
@@ -156,7 +156,7 @@ func (m *Machine) selfFence(n *node, reason string) {
 	}
 	n.state = NodeFenced
 	m.emit(SelfFence{Node: n.id})
-	m.emit(RecordEvent{Kind: "self-fence", Node: n.id, Message: reason})
+	m.record(kindSelfFence, RecordEvent{Node: n.id, Message: reason})
 	for _, name := range m.arrayOrder {
 		if a := m.arrays[name]; a.owner == n.id && a.phase == phaseActive {
 			a.since = m.now // the outage of its arrays starts now
@@ -169,7 +169,7 @@ func (m *Machine) nodeLost(n *node, reason string) {
 		return
 	}
 	n.state = NodeDown
-	m.emit(RecordEvent{Kind: "node-lost", Node: n.id, Message: reason})
+	m.record(kindNodeLost, RecordEvent{Node: n.id, Message: reason})
 	if !n.slurmDrained {
 		n.slurmDrained = true
 		m.emit(SlurmDrain{Node: n.id, Reason: "tier0: storage lease expired"})
@@ -191,7 +191,7 @@ func (m *Machine) nodeLost(n *node, reason string) {
 			if a.phase == phaseActive {
 				a.since = n.lastBeat
 			}
-			a.phase, a.from, a.kind = phaseIdle, n.id, "failover"
+			a.phase, a.from, a.kind = phaseIdle, n.id, kindFailover
 		}
 	}
 }

@@ -55,6 +55,12 @@ func (m *Machine) emit(a Action) {
 	m.out = append(m.out, a)
 }
 
+// record emits ev as an event of kind k.
+func (m *Machine) record(k eventKind, ev RecordEvent) {
+	ev.Kind = string(k)
+	m.emit(ev)
+}
+
 // Tick advances time by one tick: lease deadlines are checked, planned
 // moves time out, and the cluster is reconciled.
 func (m *Machine) Tick() {

@@ -12,7 +12,7 @@ func (m *Machine) stepOperator(ev Event) error {
 		}
 		if !n.draining {
 			n.draining = true
-			m.emit(RecordEvent{Kind: "drain", Node: n.id})
+			m.record(kindDrain, RecordEvent{Node: n.id})
 			m.clearRetry()
 		}
 	case UndrainRequested:
@@ -22,7 +22,7 @@ func (m *Machine) stepOperator(ev Event) error {
 		}
 		if n.draining {
 			n.draining = false
-			m.emit(RecordEvent{Kind: "undrain", Node: n.id})
+			m.record(kindUndrain, RecordEvent{Node: n.id})
 			m.clearRetry()
 		}
 	case FailbackRequested:

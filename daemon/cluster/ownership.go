@@ -72,11 +72,11 @@ func (m *Machine) assembled(e ArrayAssembled) error {
 	a.phase, a.phaseAt = phaseActive, m.now
 	m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAOptimized, Epoch: a.epoch})
 	if a.failed != "" {
-		m.emit(RecordEvent{Kind: "recovered", Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since,
+		m.record(kindRecovered, RecordEvent{Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since,
 			Message: "assembled again after: " + a.failed})
 		a.failed, a.failedBy, a.waitBack = "", "", false
 	} else {
-		m.emit(RecordEvent{Kind: a.kind, Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since})
+		m.record(a.kind, RecordEvent{Array: a.name, From: a.from, To: a.owner, Epoch: a.epoch, Ticks: m.now - a.since})
 	}
 	a.avoid, a.fails, a.homeFails, a.nextTry = nil, 0, 0, 0
 	if a.errMember == "" {
@@ -109,14 +109,14 @@ func (m *Machine) released(e Released) error {
 			a.phase, a.from = phaseIdle, a.owner
 			return nil
 		}
-		m.startTakeover(a, t, "handoff")
+		m.startTakeover(a, t, kindHandoff)
 	case phaseActive: // a release that arrived after its move was abandoned
-		a.phase, a.from, a.since, a.kind = phaseIdle, a.owner, m.now, "handoff"
+		a.phase, a.from, a.since, a.kind = phaseIdle, a.owner, m.now, kindHandoff
 	}
 	return nil
 }
 
-func (m *Machine) startTakeover(a *array, to, kind string) {
+func (m *Machine) startTakeover(a *array, to string, kind eventKind) {
 	old, oldEpoch := a.owner, a.epoch
 	if a.phase == phaseIdle {
 		old = a.from
@@ -175,7 +175,7 @@ func (m *Machine) attemptFailed(name, nodeID string, epoch uint64, want phase, r
 // array goes elsewhere.
 func (m *Machine) takeoverFailed(a *array, reason string) {
 	node := a.owner
-	m.emit(RecordEvent{Kind: "takeover-failed", Array: a.name, Node: node, Epoch: a.epoch, Message: reason})
+	m.record(kindTakeoverFailed, RecordEvent{Array: a.name, Node: node, Epoch: a.epoch, Message: reason})
 	a.fails++
 	a.lastErr, a.errMember = fmt.Sprintf("takeover by %s at epoch %d: %s", node, a.epoch, reason), ""
 	wait := m.backoff(a.fails)

@@ -10,7 +10,7 @@ func (m *Machine) reconcile() {
 		m.reconcileArray(a)
 		st := m.state(a)
 		if st != a.lastSeen {
-			m.emit(RecordEvent{Kind: "state", Array: a.name, Message: fmt.Sprintf("%s -> %s", a.lastSeen, st)})
+			m.record(kindState, RecordEvent{Array: a.name, Message: fmt.Sprintf("%s -> %s", a.lastSeen, st)})
 			a.lastSeen = st
 		}
 		// The jobs of the array's home lose their storage: drain it, as
@@ -77,7 +77,7 @@ func (m *Machine) reconcileArray(a *array) {
 	case phaseReleasing:
 		if m.now-a.phaseAt >= m.cfg.ReleaseTimeoutTicks {
 			a.phase, a.phaseAt, a.retryAt = phaseActive, m.now, m.now+m.cfg.ReleaseTimeoutTicks
-			m.emit(RecordEvent{Kind: "handoff-aborted", Array: a.name, From: a.owner, To: a.target, Epoch: a.epoch,
+			m.record(kindHandoffAborted, RecordEvent{Array: a.name, From: a.owner, To: a.target, Epoch: a.epoch,
 				Message: fmt.Sprintf("no release within %d ticks; the array stays", m.cfg.ReleaseTimeoutTicks)})
 			a.target = ""
 		}

@@ -31,7 +31,7 @@ func (m *Machine) define(e ArrayDefined) error {
 	if _, err := m.node(e.Home); err != nil {
 		return fmt.Errorf("array %q home: %w", e.Name, err)
 	}
-	a := &array{name: e.Name, level: e.Level, home: e.Home, policy: e.Failback, kind: "assign", lastSeen: StateOffline}
+	a := &array{name: e.Name, level: e.Level, home: e.Home, policy: e.Failback, kind: kindAssign, lastSeen: StateOffline}
 	if a.policy == "" {
 		a.policy = m.cfg.Failback
 	}
@@ -102,9 +102,9 @@ func (m *Machine) observed(e ArrayObserved) error {
 	case e.Owner != "" && e.Serving && known && n.state == NodeUp:
 		a.owner, a.phase = e.Owner, phaseActive
 	case e.Owner == "":
-		a.owner, a.phase, a.from, a.kind = "", phaseIdle, "", "assign"
+		a.owner, a.phase, a.from, a.kind = "", phaseIdle, "", kindAssign
 	default:
-		a.owner, a.phase, a.from, a.kind = e.Owner, phaseIdle, e.Owner, "failover"
+		a.owner, a.phase, a.from, a.kind = e.Owner, phaseIdle, e.Owner, kindFailover
 	}
 	return nil
 }

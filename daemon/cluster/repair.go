@@ -42,7 +42,7 @@ func (m *Machine) stepRepair(ev Event) error {
 		}
 		if mb.state != MemberDriveFailed {
 			mb.state, mb.progress = MemberDriveFailed, 0
-			m.emit(RecordEvent{Kind: "member-failed", Array: e.Array, Node: mb.node, Message: "drive " + mb.drive})
+			m.record(kindMemberFailed, RecordEvent{Array: e.Array, Node: mb.node, Message: "drive " + mb.drive})
 		}
 	case DriveReplaced:
 		if _, ok := m.drives[e.Drive]; !ok {
@@ -114,7 +114,7 @@ func (m *Machine) arrayFailed(e ArrayFailed) error {
 // owner is lost meanwhile, the array goes to another node the same way.
 func (m *Machine) markFailed(a *array, by, reason string) {
 	m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAInaccessible, Epoch: a.epoch})
-	m.emit(RecordEvent{Kind: "array-failed", Array: a.name, Node: a.owner, Epoch: a.epoch, Message: reason})
+	m.record(kindArrayFailed, RecordEvent{Array: a.name, Node: a.owner, Epoch: a.epoch, Message: reason})
 	for _, mb := range a.members { // the repairs in flight died with the array
 		switch mb.state {
 		case MemberResyncing:
@@ -159,7 +159,7 @@ func (m *Machine) repairFailed(e RepairFailed) error {
 	mb.fails++
 	mb.retryAt = m.now + m.backoff(mb.fails+1)
 	a.lastErr, a.errMember = fmt.Sprintf("%s of %s at epoch %d failed on %s: %s", what, mb.drive, a.epoch, a.owner, e.Reason), mb.drive
-	m.emit(RecordEvent{Kind: "repair-failed", Array: a.name, Node: a.owner, Epoch: a.epoch,
+	m.record(kindRepairFailed, RecordEvent{Array: a.name, Node: a.owner, Epoch: a.epoch,
 		Message: fmt.Sprintf("%s of %s (attempt %d): %s", what, mb.drive, mb.fails, e.Reason)})
 	return nil
 }

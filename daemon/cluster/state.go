@@ -42,12 +42,12 @@ type array struct {
 	owner    string
 	epoch    uint64
 	phase    phase
-	target   string // planned destination while releasing
-	from     string // owner before the current move
-	kind     string // "failover" or "handoff"
-	since    int64  // tick the current outage or move began
-	phaseAt  int64  // tick the current phase began
-	retryAt  int64  // no planned move before this tick
+	target   string    // planned destination while releasing
+	from     string    // owner before the current move
+	kind     eventKind // the move under way: kindAssign, kindFailover or kindHandoff
+	since    int64     // tick the current outage or move began
+	phaseAt  int64     // tick the current phase began
+	retryAt  int64     // no planned move before this tick
 	avoid    map[string]bool
 	asked    bool // failback requested by an operator
 	lastSeen ArrayState
