@@ -13,6 +13,7 @@ package perf
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -136,10 +137,6 @@ func Run(ctx context.Context, dev blockdev.Device, cfg Config) (Result, error) {
 	slots := uint64(cfg.Region / int64(cfg.BlockSize))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if cfg.Ops <= 0 {
-		t := time.AfterFunc(cfg.Duration, cancel)
-		defer t.Stop()
-	}
 	var (
 		issued, seq atomic.Int64
 		stop        atomic.Bool
@@ -156,15 +153,17 @@ func Run(ctx context.Context, dev blockdev.Device, cfg Config) (Result, error) {
 		if write {
 			r := rand.New(rand.NewPCG(cfg.Seed, uint64(w)))
 			for i := 0; i+8 <= len(bufs[w]); i += 8 {
-				v := r.Uint64()
-				for k := range 8 {
-					bufs[w][i+k] = byte(v >> (8 * k))
-				}
+				binary.LittleEndian.PutUint64(bufs[w][i:], r.Uint64())
 			}
 		}
 	}
 	u0, s0 := cpuTimes()
 	start := time.Now()
+	// The clock starts now, after the buffers are ready.
+	if cfg.Ops <= 0 {
+		t := time.AfterFunc(cfg.Duration, cancel)
+		defer t.Stop()
+	}
 	for w := 0; w < cfg.QueueDepth; w++ {
 		wg.Add(1)
 		go func(w int) {

@@ -102,12 +102,12 @@ func TestRandomReadStaysInRegionForDuration(t *testing.T) {
 func TestErrorStopsRun(t *testing.T) {
 	d := newCounting(t, 1<<20)
 	d.failAt = 5 * 8192
-	r, err := Run(context.Background(), d, Config{Workload: SeqRead, BlockSize: 8192, QueueDepth: 2, Duration: time.Minute})
+	r, err := Run(context.Background(), d, Config{Workload: SeqRead, BlockSize: 8192, QueueDepth: 1, Duration: time.Minute})
 	if !errors.Is(err, blockdev.ErrIO) || !strings.Contains(err.Error(), "at 40960") {
 		t.Fatalf("error %v, want the device's ErrIO naming offset 40960", err)
 	}
-	if r.IOs < 4 || r.IOs > 8 {
-		t.Fatalf("%d I/Os completed; want the run to stop at the failing one", r.IOs)
+	if r.IOs != 5 {
+		t.Fatalf("%d I/Os completed; want the 5 before the failing one (the run stops there)", r.IOs)
 	}
 }
 
@@ -125,5 +125,21 @@ func TestConfigErrors(t *testing.T) {
 		if err := tc.c.Validate(1<<20, 4096); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one naming %s", tc.c, err, tc.want)
 		}
+	}
+}
+
+// TestDurationCountsFromStart: a timed run lasts at least its duration
+// from the first I/O, however long preparing the write buffers took (the
+// timer used to start before that, so a short write run with large
+// buffers ended before its first I/O and reported nothing).
+func TestDurationCountsFromStart(t *testing.T) {
+	d := newCounting(t, 4<<20)
+	const dur = 50 * time.Millisecond
+	r, err := Run(context.Background(), d, Config{Workload: SeqWrite, BlockSize: 1 << 20, QueueDepth: 32, Duration: dur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Seconds < dur.Seconds() || r.IOs == 0 {
+		t.Fatalf("a %v write run measured %.4f s and %d I/Os; want at least %v of I/O", dur, r.Seconds, r.IOs, dur)
 	}
 }

@@ -87,11 +87,11 @@ func TestFabricPerfHumanOutput(t *testing.T) {
 	const nqn = "nqn.2026-12.io.tier0.test:perf-text"
 	addr, _ := perfTarget(t, nqn, 1<<20)
 	var out bytes.Buffer
-	o := fabricPerfFlags{connect: addr, nqn: nqn, nsid: 1, workload: "randread", bs: "4k", qd: 4, cores: 1, duration: 100 * time.Millisecond, region: "0"}
+	o := fabricPerfFlags{connect: addr, nqn: nqn, nsid: 1, workload: "randread", bs: "4k", qd: 4, cores: 1, queues: 2, duration: 100 * time.Millisecond, region: "0"}
 	if err := runFabricPerf(context.Background(), &o, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"IOPS", "MiB/s", "p50", "p99", "p99.9", "max", "us per I/O"} {
+	for _, want := range []string{"2 I/O queue(s)", "IOPS", "MiB/s", "p50", "p99", "p99.9", "max", "us per I/O"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("output lacks %q:\n%s", want, out.String())
 		}
