@@ -29,6 +29,9 @@ func (m *Machine) reconcile() {
 	}
 }
 
+// nodeHealthy: node id may be resumed in Slurm. No array homed on it is
+// failed, and each of its members is in sync or waits for a drive (failed,
+// replaced, rebuilding) rather than for the node.
 func (m *Machine) nodeHealthy(id string) bool {
 	for _, a := range m.arrays {
 		if a.home == id && m.state(a) == StateFailed {
@@ -43,6 +46,10 @@ func (m *Machine) nodeHealthy(id string) bool {
 	return true
 }
 
+// reconcileArray takes one step of a toward its goal, by phase: an idle
+// array is assigned, a takeover or a hand-off that takes too long is given
+// up, a failed array is assembled again when its members allow, an active
+// one is repaired and moved where it belongs.
 func (m *Machine) reconcileArray(a *array) {
 	if a.owner != "" && a.phase != phaseIdle && m.nodes[a.owner].state == NodeFenced {
 		return // wait for the lease to expire or be regained
@@ -52,20 +59,7 @@ func (m *Machine) reconcileArray(a *array) {
 	}
 	switch a.phase {
 	case phaseIdle:
-		if !a.canRetake(m.now) {
-			return
-		}
-		to := a.home
-		if !m.eligible(to) || a.avoid[to] {
-			to = m.leastLoaded(a, "")
-		}
-		if to == "" {
-			if len(a.avoid) > 0 { // every candidate failed once: retry them
-				a.avoid = nil
-			}
-			return
-		}
-		m.startTakeover(a, to, a.kind)
+		m.assign(a)
 	case phaseFencing, phaseAssembling:
 		// The chosen node never answered (it may be cut off and not
 		// have learnt of the decision). A late answer carries a stale
@@ -86,36 +80,72 @@ func (m *Machine) reconcileArray(a *array) {
 			m.startTakeover(a, a.owner, a.kind)
 		}
 	case phaseActive:
-		for _, mb := range a.members {
-			if m.now < mb.retryAt {
-				continue // the owner refused it: backing off
-			}
-			switch mb.state {
-			case MemberStale:
-				mb.state, mb.progress = MemberResyncing, 0
-				m.emit(Resync{Array: a.name, Node: a.owner, Member: mb.drive, Epoch: a.epoch})
-			case MemberReplaced:
-				if m.nodes[mb.node].state == NodeUp {
-					mb.state, mb.progress = MemberRebuilding, 0
-					m.emit(Rebuild{Array: a.name, Node: a.owner, Member: mb.drive, Epoch: a.epoch})
-				}
-			}
+		m.orderRepairs(a)
+		m.planMove(a)
+	}
+}
+
+// assign starts the takeover of an array no node serves, at its home if
+// it is eligible, else on the least loaded node, once the array is
+// readable and its backoff is over.
+func (m *Machine) assign(a *array) {
+	if !a.canRetake(m.now) {
+		return
+	}
+	to := a.home
+	if !m.eligible(to) || a.avoid[to] {
+		to = m.leastLoaded(a, "")
+	}
+	if to == "" {
+		if len(a.avoid) > 0 { // every candidate failed once: retry them
+			a.avoid = nil
 		}
-		if m.now < a.retryAt {
-			return
+		return
+	}
+	m.startTakeover(a, to, a.kind)
+}
+
+// orderRepairs asks the owner of an active array to resync its stale
+// members and rebuild its replaced ones, except those whose last repair
+// it refused and that are backing off.
+func (m *Machine) orderRepairs(a *array) {
+	for _, mb := range a.members {
+		if m.now < mb.retryAt {
+			continue // the owner refused it: backing off
 		}
-		if m.nodes[a.owner].draining {
-			if to := m.leastLoaded(a, a.owner); to != "" {
-				m.startRelease(a, to)
+		switch mb.state {
+		case MemberStale:
+			mb.state, mb.progress = MemberResyncing, 0
+			m.emit(Resync{Array: a.name, Node: a.owner, Member: mb.drive, Epoch: a.epoch})
+		case MemberReplaced:
+			if m.nodes[mb.node].state == NodeUp {
+				mb.state, mb.progress = MemberRebuilding, 0
+				m.emit(Rebuild{Array: a.name, Node: a.owner, Member: mb.drive, Epoch: a.epoch})
 			}
-			return
-		}
-		if a.owner != a.home && (a.policy == FailbackAuto || a.asked) && m.eligible(a.home) && a.redundant() {
-			m.startRelease(a, a.home)
 		}
 	}
 }
 
+// planMove starts the planned hand-off of an active array: off a draining
+// owner, or back to its home (auto failback, or an operator's request)
+// once the array is redundant. An abandoned hand-off waits for retryAt.
+func (m *Machine) planMove(a *array) {
+	if m.now < a.retryAt {
+		return
+	}
+	if m.nodes[a.owner].draining {
+		if to := m.leastLoaded(a, a.owner); to != "" {
+			m.startRelease(a, to)
+		}
+		return
+	}
+	if a.owner != a.home && (a.policy == FailbackAuto || a.asked) && m.eligible(a.home) && a.redundant() {
+		m.startRelease(a, a.home)
+	}
+}
+
+// eligible: node id may take an array: up, not suspecting a partition,
+// not draining.
 func (m *Machine) eligible(id string) bool {
 	n, ok := m.nodes[id]
 	return ok && n.state == NodeUp && !n.suspect && !n.draining
