@@ -211,7 +211,13 @@ func TestLeaseSurvivesFrozenMember(t *testing.T) {
 		t.Fatal("no etcd leader found")
 		return nil
 	}
-	check := func(what string) {
+	// check requires every node lease held and, while a member is frozen,
+	// the coordinator session too. After a thaw the session may have
+	// ended: a thawed etcd leader can revoke every lease (etcd #15247,
+	// docs/RELIABILITY.md problem 5), and an election key cannot be put
+	// back; node leases are replaced in time (TestRevokedLeaseRegistersAgain).
+	sessionGone := false
+	check := func(what string, session bool) {
 		t.Helper()
 		var lost []string
 		for _, n := range nodes {
@@ -230,7 +236,14 @@ func TestLeaseSurvivesFrozenMember(t *testing.T) {
 		}
 		select {
 		case <-coord.Done():
-			t.Fatalf("%s: the coordinator session of node0 ended although two of three members answered", what)
+			if sessionGone {
+				break
+			}
+			if session {
+				t.Fatalf("%s: the coordinator session of node0 ended although two of three members answered", what)
+			}
+			t.Logf("%s: the coordinator session ended (revoked by the thawed leader?)", what)
+			sessionGone = true
 		default:
 		}
 	}
@@ -250,15 +263,54 @@ func TestLeaseSurvivesFrozenMember(t *testing.T) {
 		}
 		frozen := time.Now()
 		t.Log(setPhase(what))
-		time.Sleep(ttl + 1500*time.Millisecond)
-		check(what)
+		// Requests and watches of every node keep working meanwhile: a put
+		// (retried as callers do: one proposed while the raft leader froze
+		// is lost and times out), a get and the watched change complete
+		// within two TTLs.
+		for round := range 3 {
+			for _, n := range nodes {
+				key := fmt.Sprintf("freeze-%s-%d", n.name, round)
+				wctx, wcancel := context.WithTimeout(ctx, 2*ttl)
+				var rev int64
+				var err error
+				for wctx.Err() == nil {
+					pctx, pcancel := context.WithTimeout(wctx, time.Second)
+					rev, err = n.st.Put(pctx, Observed, "test", key, round)
+					pcancel()
+					if err == nil {
+						break
+					}
+				}
+				if err != nil {
+					t.Fatalf("%s: put by %s: %v", what, n.name, err)
+				}
+				wc := n.st.Watch(wctx, Observed, "test", rev)
+				var got int
+				if _, err := n.st.Get(wctx, Observed, "test", key, &got); err != nil || got != round {
+					t.Fatalf("%s: get by %s: %d, %v", what, n.name, got, err)
+				}
+				select {
+				case ch, ok := <-wc:
+					if !ok {
+						t.Fatalf("%s: %s's watch closed before it saw its own put", what, n.name)
+					}
+					_ = ch
+				case <-wctx.Done():
+					t.Fatalf("%s: %s's watch did not see its own put within %s", what, n.name, 2*ttl)
+				}
+				wcancel()
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		time.Sleep(ttl + 1500*time.Millisecond - time.Since(frozen))
+		check(what, true)
 		if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s for %s: every lease held", what, time.Since(frozen).Round(time.Millisecond))
 		t.Log(setPhase(what + " and thawed"))
 		time.Sleep(2 * time.Second) // let it catch up before the next freeze
-		check(what + " and thawed")
+		check(what+" and thawed", false)
 	}
 	t.Log(setPhase("done"))
 	for _, n := range nodes {

@@ -36,6 +36,7 @@ type endpoint struct {
 	url   string
 	lease pb.LeaseClient
 	kv    clientv3.KV
+	watch clientv3.Watcher
 	close func() error
 }
 
@@ -53,8 +54,10 @@ func (s *Store) dialEndpoints(urls []string) error {
 			s.closeEndpoints()
 			return fmt.Errorf("store: connection to endpoint %s: %w", u, err)
 		}
+		w := clientv3.NewWatchFromWatchClient(pb.NewWatchClient(conn), s.cli)
 		s.ep.eps = append(s.ep.eps, &endpoint{url: u, lease: pb.NewLeaseClient(conn),
-			kv: clientv3.NewKVFromKVClient(pb.NewKVClient(conn), s.cli), close: conn.Close})
+			kv: clientv3.NewKVFromKVClient(pb.NewKVClient(conn), s.cli), watch: w,
+			close: func() error { w.Close(); return conn.Close() }})
 	}
 	return nil
 }

@@ -201,6 +201,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	cli.Lease = &failoverLease{Lease: cli.Lease, s: s, grants: map[clientv3.LeaseID]renewal{}, keepers: map[*keeper]struct{}{}}
+	cli.KV = &failoverKV{KV: cli.KV, s: s}
+	cli.Watcher = &failoverWatcher{Watcher: cli.Watcher, s: s}
 	return s, nil
 }
 
