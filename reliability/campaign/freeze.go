@@ -108,7 +108,7 @@ func moves(before, after snapshot, movable []string, maxBump uint64) []string {
 			continue
 		}
 		if a.Owner != b.Owner || a.Epoch != b.Epoch {
-			bad = append(bad, fmt.Sprintf("array %s left its healthy owner: %s@%d -> %s@%d", name, b.Owner, b.Epoch, a.Owner, a.Epoch))
+			bad = append(bad, fmt.Sprintf("array %s of a healthy owner changed owner or epoch: %s@%d -> %s@%d", name, b.Owner, b.Epoch, a.Owner, a.Epoch))
 		}
 	}
 	return bad
