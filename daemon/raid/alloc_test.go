@@ -57,12 +57,12 @@ func TestAllocsPerRequest(t *testing.T) {
 		write   bool
 		max     float64
 	}{
-		{"read", 0, false, false, 1000},
-		{"write-rmw", 0, false, true, 1000},
-		{"read/iotimeout", time.Minute, false, false, 1000},
-		{"write-rmw/iotimeout", time.Minute, false, true, 1000},
-		{"read-degraded", 0, true, false, 1000},
-		{"write-degraded", 0, true, true, 1000},
+		{"read", 0, false, false, 0},
+		{"write-rmw", 0, false, true, 0},
+		{"read/iotimeout", time.Minute, false, false, 0},
+		{"write-rmw/iotimeout", time.Minute, false, true, 0},
+		{"read-degraded", 0, true, false, 0},
+		{"write-degraded", 0, true, true, 18},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := allocArray(t, tc.timeout)
@@ -76,6 +76,11 @@ func TestAllocsPerRequest(t *testing.T) {
 			}
 			got := allocsPerRequest(t, a, tc.write, off)
 			t.Logf("%s: %.0f allocations per 4 KiB request", tc.name, got)
+			if raceBuild {
+				// -race: sync.Pool drops items at random; the limits hold
+				// for the program as built without it.
+				return
+			}
 			if got > tc.max {
 				t.Errorf("%s: %.0f allocations per 4 KiB request, want at most %.0f (docs/RAID.md, allocations per request): find the new allocation with -memprofile and remove it, or raise the limit there and here with the reason", tc.name, got, tc.max)
 			}

@@ -114,103 +114,8 @@ type span struct {
 	buf    []byte // the caller's bytes for [lo, hi)
 }
 
-func (a *Array) spans(p []byte, off int64) []span {
-	ss := a.geo.StripeSize
-	var out []span
-	end := off + int64(len(p))
-	for pos := off; pos < end; {
-		s := pos / ss
-		lo := pos % ss
-		hi := min(ss, lo+end-pos)
-		out = append(out, span{s: s, lo: lo, hi: hi, buf: p[pos-off : pos-off+hi-lo]})
-		pos += hi - lo
-	}
-	return out
-}
-
-func (a *Array) readStriped(p []byte, off int64) error {
-	C := a.geo.ChunkSize
-	var ops []mop
-	var slow []span
-	for _, sp := range a.spans(p, off) {
-		ok := true
-		start := len(ops)
-		for pos := sp.lo; pos < sp.hi; {
-			i := int(pos / C)
-			row := pos % C
-			l := min(C-row, sp.hi-pos)
-			m := a.member(a.dataRole(sp.s, i))
-			if !a.inSync(m, sp.s) {
-				ok = false
-				break
-			}
-			ops = append(ops, mop{m: m, buf: sp.buf[pos-sp.lo : pos-sp.lo+l], off: a.moff(sp.s, row)})
-			pos += l
-		}
-		if !ok {
-			ops = ops[:start]
-			slow = append(slow, sp)
-		}
-	}
-	err := a.runGrouped(ops)
-	if errors.Is(err, errGone) {
-		// A member failed under us: do everything the careful way.
-		return a.readSlow(a.spans(p, off))
-	}
-	if err != nil {
-		return err
-	}
-	return a.readSlow(slow)
-}
-
-// readSlow reads spans under their stripe locks, reconstructing chunks of
-// members that are not in sync.
-func (a *Array) readSlow(sps []span) error {
-	if len(sps) > 1 {
-		// Stripes in parallel, a few at a time.
-		const par = 4
-		errs := make([]error, len(sps))
-		sem := make(chan struct{}, par)
-		var wg sync.WaitGroup
-		for x := range sps {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				errs[x] = a.readSlow(sps[x : x+1])
-			}()
-		}
-		wg.Wait()
-		for _, e := range errs {
-			if e != nil {
-				return e
-			}
-		}
-		return nil
-	}
-	for _, sp := range sps {
-		var err error
-		for attempt := 0; attempt <= a.geo.Members+1; attempt++ {
-			if err = a.usable(); err != nil {
-				return err
-			}
-			a.lockStripe(sp.s)
-			err = a.readSpanLocked(sp)
-			a.unlockStripe(sp.s)
-			if !errors.Is(err, errGone) {
-				break
-			}
-		}
-		if err != nil {
-			if errors.Is(err, errGone) {
-				return fmt.Errorf("raid %s: stripe %d: members keep failing: %w", fmtUUID(a.uuid), sp.s, ErrTooManyFailed)
-			}
-			return err
-		}
-	}
-	return nil
-}
-
+// readSpanLocked reads one span (its stripe lock held), reconstructing
+// the chunks of members that are not in sync (the general path).
 func (a *Array) readSpanLocked(sp span) error {
 	C := a.geo.ChunkSize
 	nd, np := a.geo.DataDisks, a.geo.ParityDisks
@@ -398,7 +303,10 @@ func (a *Array) writeMirror(p []byte, off int64, fua bool) error {
 }
 
 func (a *Array) writeParity(p []byte, off int64, fua bool) error {
-	sps := a.spans(p, off)
+	rw := getReadWork()
+	defer rw.release()
+	rw.spans = a.spansInto(rw.spans, p, off)
+	sps := rw.spans
 	s0, s1 := sps[0].s, sps[len(sps)-1].s
 	if err := a.bm.start(s0, s1); err != nil {
 		return err
