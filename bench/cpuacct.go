@@ -125,6 +125,33 @@ func (c CPUCost) Cores(role string) float64 {
 	return c.Seconds(role) / c.WallS
 }
 
+// Net is c less what the same processes spend idle: each process's CPU
+// time reduced by its rate in idle (CPU-seconds per second over idle's
+// wall time) times c's wall time, never below zero. A nil or empty idle
+// leaves c as it is. What remains is the cost of the measured work, not
+// of heartbeats, leases and polls.
+func (c CPUCost) Net(idle *CPUCost) CPUCost {
+	if idle == nil || idle.WallS <= 0 {
+		return c
+	}
+	out := c
+	out.Processes = nil
+	for _, p := range c.Processes {
+		var rate float64
+		for _, q := range idle.Processes {
+			if q.Process == p.Process {
+				rate = q.Seconds() / idle.WallS
+			}
+		}
+		if tot := p.Seconds(); tot > 0 {
+			keep := max(0, tot-rate*c.WallS) / tot
+			p.UserS, p.SystemS = p.UserS*keep, p.SystemS*keep
+		}
+		out.Processes = append(out.Processes, p)
+	}
+	return out
+}
+
 // Add accumulates o into c (per process name).
 func (c *CPUCost) Add(o CPUCost) {
 	c.Bytes += o.Bytes

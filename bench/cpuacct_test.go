@@ -82,3 +82,22 @@ func TestCombineRepetitions(t *testing.T) {
 		t.Errorf("spread of an unrepeated measurement = %+v", s)
 	}
 }
+
+func TestCPUCostNetOfIdle(t *testing.T) {
+	idle := &CPUCost{Processes: []CPUUse{{Process: "tier0d A", UserS: 0.5, SystemS: 0.5}}, WallS: 10} // 0.1 core idle
+	c := CPUCost{Processes: []CPUUse{{Process: "tier0d A", UserS: 3, SystemS: 1}, {Process: "validate", UserS: 1}}, WallS: 20, Bytes: 1 << 30}
+	n := c.Net(idle)
+	if got := n.Seconds("") - 1; math.Abs(got-2) > 1e-9 {
+		t.Errorf("net tier0d A = %v CPU-s, want 4 - 0.1 x 20 = 2", got)
+	}
+	if n.Processes[1].Seconds() != 1 || c.Processes[0].Seconds() != 4 {
+		t.Errorf("Net changed a process without idle figures, or its receiver: %+v / %+v", n, c)
+	}
+	if got := c.Net(nil); got.Seconds("") != 5 {
+		t.Errorf("Net(nil) = %v", got.Seconds(""))
+	}
+	busy := CPUCost{Processes: []CPUUse{{Process: "tier0d A", UserS: 0.1}}, WallS: 20}
+	if got := busy.Net(idle).Seconds(""); got != 0 {
+		t.Errorf("net below zero: %v, want 0", got)
+	}
+}

@@ -48,6 +48,9 @@ type RunInfo struct {
 	Repeat int `json:"repeat,omitempty"`
 	// Arrays are the arrays' shapes (for the theoretical figures).
 	Arrays []ArrayShape `json:"arrays,omitempty"`
+	// IdleCPU is what the watched processes spent with the cluster up and
+	// no load (subtracted from each measurement's CPU cost, CPUCost.Net).
+	IdleCPU *CPUCost `json:"idle_cpu,omitempty"`
 	// Model describes the drive and link performance model the local
 	// cluster ran under; nil when the drives ran unshaped (a real
 	// cluster, or a local site without drives.*.model).

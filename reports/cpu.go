@@ -16,7 +16,7 @@ import (
 // file I/O): CPU-seconds per GiB moved and per million I/Os.
 func cpuTable(res *bench.Results) (table, bool) {
 	t := table{Title: "CPU cost", Header: []string{"scenario", "layer", "state", "tier0d CPU-s/GiB", "tier0d CPU-s/M I/O", "host CPU-s/GiB", "host CPU-s/M I/O", "cores busy (tier0d + host)", "per process (CPU-s)"},
-		Note: "From each process's own accounting (/proc/PID/stat, user + system) over all repetitions of the scenario. tier0d runs every storage layer of a node in one process (backend target, backend host and RAID, frontend target); the layers' costs show as the differences between the raw, block and frontend rows. A machine short of CPUs inflates these figures (contention, spinning): read them beside its usable CPUs."}
+		Note: "From each process's own accounting (/proc/PID/stat, user + system) over all repetitions of the scenario, less what each process spends idle with the cluster up (measured before the benches; heartbeats, leases, polls), when recorded. tier0d runs every storage layer of a node in one process (backend target, backend host and RAID, frontend target); the layers' costs show as the differences between the raw, block and frontend rows. A machine short of CPUs inflates these figures (contention, spinning): read them beside its usable CPUs."}
 	ms := slices.Clone(res.Measurements)
 	slices.SortStableFunc(ms, func(a, b bench.Measurement) int {
 		return cmp.Or(cmp.Compare(rank(scenarioOrder, a.Scenario), rank(scenarioOrder, b.Scenario)),
@@ -24,10 +24,11 @@ func cpuTable(res *bench.Results) (table, bool) {
 			cmp.Compare(rank([]bench.State{bench.Healthy, bench.Degraded}, a.State), rank([]bench.State{bench.Healthy, bench.Degraded}, b.State)))
 	})
 	for _, m := range ms {
-		c := m.CPU
-		if c == nil {
+		if m.CPU == nil {
 			continue
 		}
+		net := m.CPU.Net(res.Run.IdleCPU)
+		c := &net
 		var procs []string
 		for _, p := range c.Processes {
 			procs = append(procs, fmt.Sprintf("%s %.2f", strings.TrimPrefix(p.Process, "tier0d "), p.Seconds()))
@@ -60,7 +61,7 @@ func projectionTable(res *bench.Results, ref *Reference) (table, bool) {
 		have = "this run's machine: " + c.String()
 	}
 	t := table{Title: "CPU projection to the seed's cluster", Header: []string{"workload", "seed figure", "tier0d cost here", "tier0d cores per node", "host cores per node", "total per node"},
-		Note: fmt.Sprintf("Cores per node = cost per GiB (or per million I/Os) measured here × the seed's figure ÷ %g nodes. The seed does not publish its nodes' CPUs (GPU servers of its class, 8 GPUs each, commonly have 64–128 cores); %s. The projection assumes cost scales linearly with the rate, which holds for per-byte work (checksums, parity, copies) and overstates it where this machine's CPU contention inflated the cost.", nodes, have)}
+		Note: fmt.Sprintf("Cores per node = cost per GiB (or per million I/Os) measured here, net of idle, × the seed's figure ÷ %g nodes. The seed does not publish its nodes' CPUs (GPU servers of its class, 8 GPUs each, commonly have 64–128 cores); %s. The projection assumes cost scales linearly with the rate, which holds for per-byte work (checksums, parity, copies) and overstates it where this machine's CPU contention inflated the cost.", nodes, have)}
 	h := ref.Healthy
 	for _, x := range []struct {
 		sc, what string
@@ -76,6 +77,8 @@ func projectionTable(res *bench.Results, ref *Reference) (table, bool) {
 		if !ok || m.CPU == nil || x.rate <= 0 {
 			continue
 		}
+		net := m.CPU.Net(res.Run.IdleCPU)
+		m.CPU = &net
 		var costT, costH float64
 		var seed, unit string
 		if x.iops {

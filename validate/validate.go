@@ -479,6 +479,7 @@ func (r *runner) steps() error {
 			return r.stop(err)
 		}
 	}
+	r.idleCPU()
 	if err := r.connectFrontends(); err != nil {
 		r.check(CheckFill, bench.Fail, err.Error())
 		return r.stop(err)
@@ -516,6 +517,19 @@ func (r *runner) steps() error {
 	r.slurm()
 	r.gds()
 	return nil
+}
+
+// idleCPU records what the watched processes spend with the cluster up
+// and no load, so that the report can charge each measurement only the
+// CPU time its work cost (heartbeats, leases and polls excluded).
+func (r *runner) idleCPU() {
+	d := 5 * time.Second
+	if r.o.Short {
+		d = 2 * time.Second
+	}
+	before, t0 := r.cpu.Read(), time.Now()
+	sleepCtx(r.ctx, d)
+	r.res.Run.IdleCPU = &bench.CPUCost{Processes: r.cpu.Since(before, r.cpu.Read()), WallS: time.Since(t0).Seconds()}
 }
 
 // stop records why the remaining checks did not run and returns err.
