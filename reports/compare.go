@@ -49,6 +49,10 @@ type Row struct {
 	// TheoryText how it is derived.
 	Theory     float64
 	TheoryText string
+	// BoundHealthy and BoundDegraded are, under the drive model, the
+	// fractions of the modelled drives' capacity the two figures reached
+	// (NaN: no model or no theory).
+	BoundHealthy, BoundDegraded float64
 }
 
 // Has reports whether tier0's value is available.
@@ -184,7 +188,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 	} {
 		v, why := ratio(res, bench.LayerFrontend, bench.Healthy, bench.LayerBlock, bench.Healthy, x.sc, false)
 		row := Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Seed: x.seed, SeedText: x.seedText,
-			Basis: "frontend ÷ block, healthy, " + x.sc, Theory: nan}
+			Basis: "frontend ÷ block, healthy, " + x.sc, Theory: nan, BoundHealthy: nan, BoundDegraded: nan}
 		row.set(v, why)
 		add(row)
 	}
@@ -194,7 +198,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 	} {
 		v, why := ratio(res, bench.LayerBlock, bench.Healthy, bench.LayerRaw, bench.Healthy, x.sc, false)
 		row := Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Seed: nan, SeedText: "not published",
-			Basis: "block ÷ raw, healthy, " + x.sc, Theory: nan}
+			Basis: "block ÷ raw, healthy, " + x.sc, Theory: nan, BoundHealthy: nan, BoundDegraded: nan}
 		row.set(v, why)
 		add(row)
 	}
@@ -213,6 +217,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 		row := Row{Metric: x.metric, Group: "retention", Kind: Ratio, Seed: x.seed,
 			SeedText: fmt.Sprintf("≈%.0f%%", 100*x.seed), Basis: fmt.Sprintf("%s degraded ÷ healthy, %s", l, x.sc)}
 		row.Theory, row.TheoryText = retentionTheory(res, x.sc)
+		row.BoundHealthy, row.BoundDegraded = boundBy(res, x.sc)
 		row.set(v, why)
 		add(row)
 	}
@@ -231,11 +236,12 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 		row := Row{Metric: x.metric, Group: "latency", Kind: Change, Seed: x.seed, SeedText: x.seedText,
 			Basis: fmt.Sprintf("%s degraded ÷ healthy − 1, %s", l, x.sc)}
 		row.Theory, row.TheoryText = latencyTheory(res, x.sc)
+		row.BoundHealthy, row.BoundDegraded = boundBy(res, x.sc)
 		row.set(v, why)
 		add(row)
 	}
 
-	fo := Row{Metric: "Failover time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan, Theory: nan, Runs: 1,
+	fo := Row{Metric: "Failover time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan, Theory: nan, BoundHealthy: nan, BoundDegraded: nan, Runs: 1,
 		SeedText: "not published (outstanding I/O completed after a temporary latency increase)",
 		Basis:    "node killed → first I/O completed on the moved array"}
 	if f := res.Failover; f == nil {
@@ -247,7 +253,7 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 	}
 	add(fo)
 
-	rb := Row{Metric: "Rebuild time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan, Theory: nan, Runs: 1, SeedText: lost.RebuildAfterRestore,
+	rb := Row{Metric: "Rebuild time", Group: "time", Kind: Seconds, Tier0: nan, Seed: nan, Theory: nan, BoundHealthy: nan, BoundDegraded: nan, Runs: 1, SeedText: lost.RebuildAfterRestore,
 		Basis: "longest array rebuild, start → end"}
 	switch {
 	case len(res.Rebuilds) == 0:

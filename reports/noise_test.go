@@ -138,3 +138,35 @@ func TestTheoryRAID5(t *testing.T) {
 		t.Errorf("RAID-6 theory %v (%s); want NaN, derived for RAID-5 only", v, why)
 	}
 }
+
+// TestVerdictUnderTheModelNeedsModelBoundFigures: under the drive model,
+// a figure that reached well below the modelled drives' capacity was set
+// by something else (the machine's CPUs), and confirms nothing.
+func TestVerdictUnderTheModelNeedsModelBoundFigures(t *testing.T) {
+	res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
+	res.Run.Model = &bench.ModelInfo{Profile: "p", Scale: 1, Drive: bench.DriveFigures{ReadBytesPerS: 1 << 20, WriteBytesPerS: 1 << 20, ReadIOPS: 100, WriteIOPS: 100}}
+	res.Failover = &bench.FailoverRecord{Node: "B"}
+	for _, a := range []string{"A", "B", "C", "D", "E"} {
+		res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
+		res.Failover.Arrays = append(res.Failover.Arrays, bench.ArrayFailover{Array: a, Moved: a == "B", Degraded: a != "B"})
+	}
+	// Random reads: the drives allow 2000 IOPS healthy, 1200 degraded.
+	res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioRandRead4K, []float64{1900, 2000, 1950}, []float64{8000}))
+	res.Add(rep(bench.LayerFrontend, bench.Degraded, bench.ScenarioRandRead4K, []float64{1150, 1180, 1200}, []float64{13000}))
+	// Random writes: capacity 500 IOPS; only 150 reached.
+	res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioRandWrite4K, []float64{150, 152, 149}, []float64{100000}))
+	res.Add(rep(bench.LayerFrontend, bench.Degraded, bench.ScenarioRandWrite4K, []float64{120, 121, 119}, []float64{130000}))
+	ref, _ := Seed()
+	rows := Compare(res, ref)
+	rr := rowOf(t, rows, "Retained with one node lost, random read IOPS")
+	if rr.BoundHealthy < 0.9 || rr.BoundDegraded < 0.9 {
+		t.Errorf("drive-bound random reads: bound %v / %v, want ≈1", rr.BoundHealthy, rr.BoundDegraded)
+	}
+	if o, p := judge(rr, true); o != NotConfirmed || !strings.Contains(p, "drive-bound theory 60.0%") {
+		t.Errorf("random read retention at the model's 60%% vs the seed's 80%%: %s, %s", o, p)
+	}
+	rw := rowOf(t, rows, "Retained with one node lost, random write IOPS")
+	if o, p := judge(rw, true); o != NotConfirmed || !strings.Contains(p, "is not set by the model: healthy reached 30%") {
+		t.Errorf("CPU-bound random writes: %s, %s; want not confirmed, not set by the model", o, p)
+	}
+}

@@ -109,3 +109,37 @@ func theoryBasis(scenario string) string {
 	}
 	return ""
 }
+
+// boundBy is, under the drive model, the fraction of the modelled drives'
+// capacity the measured figures reached, healthy and with one node lost
+// (NaN when there is no model or no theory). Well below 1, something
+// else than the modelled drives set the figure.
+func boundBy(res *bench.Results, scenario string) (healthy, degraded float64) {
+	nan := math.NaN()
+	m := res.Run.Model
+	if m == nil {
+		return nan, nan
+	}
+	h, d, why := arrayRates(res, scenario)
+	if why != "" {
+		return nan, nan
+	}
+	unit, k := 1.0, bench.MetricIOPS
+	switch scenario {
+	case bench.ScenarioSeqRead1M:
+		unit, k = m.Drive.ReadBytesPerS, bench.MetricBytes
+	case bench.ScenarioSeqWrite1M:
+		unit, k = m.Drive.WriteBytesPerS, bench.MetricBytes
+	case bench.ScenarioRandRead4K:
+		unit = m.Drive.ReadIOPS
+	}
+	l := served(res, scenario, bench.Healthy, bench.Degraded)
+	healthy, degraded = nan, nan
+	if mh, ok := res.Find(l, bench.Healthy, scenario); ok && h > 0 && unit > 0 {
+		healthy = mh.Spread(k).Median / (h * unit)
+	}
+	if md, ok := res.Find(l, bench.Degraded, scenario); ok && d > 0 && unit > 0 {
+		degraded = md.Spread(k).Median / (d * unit)
+	}
+	return healthy, degraded
+}

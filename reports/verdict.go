@@ -20,6 +20,17 @@ const (
 // figures ("≈70%").
 const claimTolerance = 0.05
 
+// modelBound is the fraction of the modelled drives' capacity below which
+// a figure is not bound by the model.
+const modelBound = 0.75
+
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f%%", 100*v)
+}
+
 // Verdict is the outcome of one seed claim in this run.
 type Verdict struct {
 	Claim    string
@@ -114,6 +125,9 @@ func judge(r Row, modelled bool) (outcome, phrase string) {
 		case r.Group == "latency" && r.Hi < one-claimTolerance:
 			return NotConfirmed, fig + " is impossible for the design (losing a node cannot make I/O faster): this machine's CPUs set it"
 		}
+	}
+	if modelled && (r.BoundHealthy < modelBound || r.BoundDegraded < modelBound) {
+		return NotConfirmed, fmt.Sprintf("%s is not set by the model: healthy reached %s and one node lost %s of the modelled drives' capacity (theory %s), so this machine's CPUs or tier0's own path bound it", fig, pct(r.BoundHealthy), pct(r.BoundDegraded), r.TheoryValue())
 	}
 	if modelled && !math.IsNaN(r.Theory) && r.Group == "retention" && r.Lo > r.Theory+claimTolerance {
 		return NotConfirmed, fmt.Sprintf("%s exceeds the drive model's bound %s: the figure is not bound by the modelled drives", fig, r.TheoryValue())
