@@ -22,8 +22,8 @@ import (
 )
 
 const (
-	readTry   = 2 * time.Second        // one read on one member
-	writeMax  = 5 * time.Second        // a write with no deadline of its own
+	readTry   = time.Second            // one read on one member
+	writeMax  = 2 * time.Second        // a write with no deadline of its own
 	probeTry  = time.Second            // one probe of a watch's member
 	probeLoop = 500 * time.Millisecond // between probes
 )
