@@ -10,13 +10,13 @@ import (
 type Machine struct {
 	cfg        Config
 	log        *slog.Logger
-	now        int64
+	now        int64 // the current tick
 	nodes      map[string]*node
-	nodeOrder  []string
-	drives     map[string]string
+	nodeOrder  []string          // node names, sorted: every loop over nodes runs in this order
+	drives     map[string]string // drive -> the node that holds it
 	arrays     map[string]*array
-	arrayOrder []string
-	out        []Action
+	arrayOrder []string // array names, sorted
+	out        []Action // decided since the last Ready
 }
 
 // New returns an empty machine at tick 0. log may be nil (discard).

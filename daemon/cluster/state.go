@@ -1,5 +1,9 @@
 package cluster
 
+// phase is where an array is in the ownership cycle (docs/CONTROL-PLANE.md
+// has the diagram): idle -> fencing -> assembling -> active, and from
+// active through releasing (a planned move) or failed (the owner's RAID
+// failed) back to fencing under a higher epoch.
 type phase int
 
 const (
@@ -15,16 +19,18 @@ var phaseNames = [...]string{"idle", "releasing", "fencing", "assembling", "acti
 
 func (p phase) String() string { return phaseNames[p] }
 
+// node is the machine's record of one node.
 type node struct {
 	id, domain   string
 	drives       []string
 	state        NodeState
-	lastBeat     int64
-	suspect      bool
-	draining     bool
-	slurmDrained bool
+	lastBeat     int64 // tick of the last lease renewal
+	suspect      bool  // it suspects a partition: no new ownership, no failback
+	draining     bool  // an operator drains it: its arrays move off
+	slurmDrained bool  // the machine drained it in Slurm and has not resumed it
 }
 
+// member is one drive of an array, as the machine sees it.
 type member struct {
 	drive, node string
 	state       MemberState
@@ -33,6 +39,8 @@ type member struct {
 	retryAt     int64 // no repair ordered before this tick
 }
 
+// array is the machine's record of one array: its definition, who owns
+// it at which epoch and phase, the move under way, and its failures.
 type array struct {
 	name     string
 	level    Level
@@ -42,15 +50,15 @@ type array struct {
 	owner    string
 	epoch    uint64
 	phase    phase
-	target   string    // planned destination while releasing
-	from     string    // owner before the current move
-	kind     eventKind // the move under way: kindAssign, kindFailover or kindHandoff
-	since    int64     // tick the current outage or move began
-	phaseAt  int64     // tick the current phase began
-	retryAt  int64     // no planned move before this tick
-	avoid    map[string]bool
-	asked    bool // failback requested by an operator
-	lastSeen ArrayState
+	target   string          // planned destination while releasing
+	from     string          // owner before the current move
+	kind     eventKind       // the move under way: kindAssign, kindFailover or kindHandoff
+	since    int64           // tick the current outage or move began
+	phaseAt  int64           // tick the current phase began
+	retryAt  int64           // no planned move before this tick
+	avoid    map[string]bool // nodes a failed takeover rules out until they come back
+	asked    bool            // failback requested by an operator
+	lastSeen ArrayState      // the state last recorded (kindState)
 
 	fails     int    // consecutive failed takeovers (and re-assemblies of a failed array)
 	homeFails int    // consecutive failed takeovers at the home node
