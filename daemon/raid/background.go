@@ -348,6 +348,27 @@ func (a *Array) rebuild(role int) error {
 		if debugf != nil {
 			debugf("rebuild member %d stripe %d (full %v)", role, s, m.full)
 		}
+		if a.geo.Level == RAID5 || a.geo.Level == RAID6 {
+			// Consecutive stripes that need it, as one batch.
+			e := s + 1
+			for e < min(s+rebuildBatch, a.geo.Stripes) && m.needs(e, rs) {
+				e++
+			}
+			n, err := a.rebuildRun(m, s, e)
+			if err != nil && !errors.Is(err, errGone) {
+				return err
+			}
+			if err == nil && n > 0 {
+				if err := a.rebuildStep(p, role, s+n-1, n); err != nil {
+					return err
+				}
+				s += n - 1
+				continue
+			}
+			// A member failed under the batch, or the first stripe
+			// lacks sources: stripe s alone, with the retries and the
+			// error of rebuildStripe.
+		}
 		var err error
 		for attempt := 0; attempt <= a.geo.Members; attempt++ {
 			a.lockStripe(s)
@@ -363,17 +384,8 @@ func (a *Array) rebuild(role int) error {
 		if err != nil {
 			return err
 		}
-		if p.step(a.geo.ChunkSize) {
-			// Checkpoint: what is below recovery is durable, on this
-			// member and on the others it was computed from. A member
-			// whose flush or superblock write fails is failed there;
-			// an error that stops the array ends the rebuild.
-			if err := a.flushMembers(); err != nil {
-				return fmt.Errorf("member %d rebuild checkpoint at stripe %d: flush: %w", role, s, err)
-			}
-			if err := a.writeSuperblocks(); err != nil {
-				return fmt.Errorf("member %d rebuild checkpoint at stripe %d: superblock: %w", role, s, err)
-			}
+		if err := a.rebuildStep(p, role, s, 1); err != nil {
+			return err
 		}
 	}
 	if err := a.flushMembers(); err != nil {
@@ -396,6 +408,24 @@ func (a *Array) rebuild(role int) error {
 	a.log.Info("raid rebuild done", "uuid", fmtUUID(a.uuid), "member", role)
 	if !a.degraded() {
 		a.emit(Event{Kind: Optimal, Member: -1})
+	}
+	return nil
+}
+
+// rebuildStep accounts n rebuilt stripes, the last s, and checkpoints
+// when a progress event was due: what is below recovery is durable, on
+// this member and on the others it was computed from. A member whose
+// flush or superblock write fails is failed there; an error that stops
+// the array ends the rebuild.
+func (a *Array) rebuildStep(p *progress, role int, s, n int64) error {
+	if !p.step(n * a.geo.ChunkSize) {
+		return nil
+	}
+	if err := a.flushMembers(); err != nil {
+		return fmt.Errorf("member %d rebuild checkpoint at stripe %d: flush: %w", role, s, err)
+	}
+	if err := a.writeSuperblocks(); err != nil {
+		return fmt.Errorf("member %d rebuild checkpoint at stripe %d: superblock: %w", role, s, err)
 	}
 	return nil
 }

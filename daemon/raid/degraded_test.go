@@ -14,6 +14,7 @@ type countingDev struct {
 	blockdev.Device
 	from         int64
 	bytes, reads atomic.Int64
+	writes       atomic.Int64
 }
 
 func (c *countingDev) ReadAt(p []byte, off int64) (int, error) {
@@ -22,6 +23,13 @@ func (c *countingDev) ReadAt(p []byte, off int64) (int, error) {
 		c.reads.Add(1)
 	}
 	return c.Device.ReadAt(p, off)
+}
+
+func (c *countingDev) WriteAt(p []byte, off int64) (int, error) {
+	if off >= c.from {
+		c.writes.Add(1)
+	}
+	return c.Device.WriteAt(p, off)
 }
 
 // A degraded sequential read of whole stripes reads each surviving chunk
@@ -97,4 +105,40 @@ func TestDegradedRandomReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A full rebuild writes the new member in large sequential requests
+// (issue 15: rebuild at 76 MB/s against 1900 MB/s of member bandwidth,
+// one chunk-sized request per stripe), and the result is correct.
+func TestRebuildWritesLargeRequests(t *testing.T) {
+	ms := newMems(4, 4<<20)
+	ev := &events{}
+	a := mustCreate(t, devs(ms), testCfg(RAID5, ev))
+	g := a.Geometry()
+	rng := rand.New(rand.NewSource(5))
+	want := randBuf(rng, int(a.Size()))
+	mustWrite(t, a, 0, want)
+	if err := a.FailMember(2, "test"); err != nil {
+		t.Fatal(err)
+	}
+	nd := &countingDev{Device: blockdev.NewMem(4<<20, 512), from: g.DataOffset}
+	if err := a.Replace(2, nd); err != nil {
+		t.Fatal(err)
+	}
+	a.WaitIdle()
+	if st := a.Status(); st.State != "optimal" {
+		t.Fatalf("after the rebuild: state %s (%s), want optimal", st.State, st.Reason)
+	}
+	if w, max := nd.writes.Load(), (g.Stripes+rebuildBatch-1)/rebuildBatch; w > max {
+		t.Errorf("rebuilding %d stripes took %d writes to the new member, want at most %d (%d stripes per request)", g.Stripes, w, max, rebuildBatch)
+	}
+	for r := 0; r < 4; r++ {
+		if r != 2 {
+			if err := a.FailMember(r, "test: read from the rebuilt member"); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	expectEqual(t, "array after the rebuild with member 0 failed", mustRead(t, a, 0, len(want)), want)
 }

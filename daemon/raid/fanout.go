@@ -91,10 +91,60 @@ func opWorker(j opJob) {
 }
 
 func (a *Array) do(o mop) error {
+	t0 := time.Now()
+	var err error
 	if o.write {
-		return a.mwrite(o.m, o.buf, o.off, o.fua)
+		err = a.mwrite(o.m, o.buf, o.off, o.fua)
+	} else {
+		err = a.mread(o.m, o.buf, o.off)
 	}
-	return a.mread(o.m, o.buf, o.off)
+	// Moving average over about 8 requests (racy updates lose a sample).
+	d := int64(time.Since(t0))
+	l := o.m.lat.Load()
+	o.m.lat.Store(l + (d-l)/8)
+	return err
+}
+
+// inlineBelow: a batch whose members all answer faster than this on
+// average runs its requests one after another on the caller's goroutine.
+// Handing a request to another goroutine costs a wake-up — microseconds
+// on an idle machine, up to milliseconds on a loaded one — which is more
+// than a memory member or a page-cache hit takes for the whole request;
+// drives and fabrics (tens of µs and more) keep the parallel fan-out.
+const inlineBelow = 10 * time.Microsecond
+
+// fast reports whether every request of ops goes to a member that
+// answers within inlineBelow on average, with at most inlineBytes in
+// all (a large batch of fast members still gains from parallel copies).
+func fast(ops []mop) bool {
+	var n int
+	for _, o := range ops {
+		n += len(o.buf)
+		if o.m.lat.Load() >= int64(inlineBelow) || n > inlineBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// inlineBytes bounds an inline batch.
+const inlineBytes = 256 << 10
+
+func (a *Array) runInline(ops []mop) error {
+	var gone, other error
+	for _, o := range ops {
+		switch err := a.do(o); {
+		case err == nil:
+		case errors.Is(err, errGone):
+			gone = err
+		case other == nil:
+			other = err
+		}
+	}
+	if other != nil {
+		return other
+	}
+	return gone
 }
 
 func getBatch(n int) *fanBatch {
@@ -138,6 +188,9 @@ func (a *Array) run(ops []mop) error {
 	case 1:
 		return a.do(ops[0])
 	}
+	if a.pol.IOTimeout == 0 && fast(ops) {
+		return a.runInline(ops)
+	}
 	b := getBatch(len(ops))
 	b.wg.Add(len(ops) - 1)
 	for i := 1; i < len(ops); i++ {
@@ -160,7 +213,7 @@ func (a *Array) runGrouped(ops []mop) error {
 			groups++
 		}
 	}
-	if groups == 1 {
+	if groups == 1 || a.pol.IOTimeout == 0 && fast(ops) {
 		return a.runMerged(ops)
 	}
 	b := getBatch(groups)
@@ -187,14 +240,14 @@ func (a *Array) runGrouped(ops []mop) error {
 // maxMerge bounds one merged member request.
 const maxMerge = 4 << 20
 
-// runMerged runs one member's requests in order, turning runs of
+// runMerged runs requests one after another, turning runs of one member's
 // requests that are contiguous on the member (consecutive stripes) into
 // one request through a bounce buffer: one large I/O costs a drive or a
 // fabric much less than many chunk-sized ones, and a copy is cheap.
 func (a *Array) runMerged(ops []mop) error {
 	for i := 0; i < len(ops); {
 		j, n := i+1, int64(len(ops[i].buf))
-		for j < len(ops) && ops[j].write == ops[i].write && ops[j].fua == ops[i].fua &&
+		for j < len(ops) && ops[j].m == ops[i].m && ops[j].write == ops[i].write && ops[j].fua == ops[i].fua &&
 			ops[j].off == ops[i].off+n && n+int64(len(ops[j].buf)) <= maxMerge {
 			n += int64(len(ops[j].buf))
 			j++

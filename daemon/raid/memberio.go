@@ -1,0 +1,177 @@
+package raid
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tier0/daemon/blockdev"
+)
+
+// call runs one member request that uses no buffer (a flush) with the
+// retry and timeout policy. At the deadline the member is failed and call
+// returns; the request may go on in its goroutine, touching nothing of
+// the caller's.
+func (a *Array) call(m *member, op string, f func() error) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		if a.pol.IOTimeout > 0 {
+			done := make(chan error, 1)
+			go func() { done <- f() }()
+			t := time.NewTimer(a.pol.IOTimeout)
+			select {
+			case err = <-done:
+				t.Stop()
+			case <-t.C:
+				err = fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
+			}
+		} else {
+			err = f()
+		}
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, blockdev.ErrFenced) || errors.Is(err, blockdev.ErrTimeout) || attempt >= a.pol.Retries {
+			break
+		}
+	}
+	return a.memberErr(m, op, err)
+}
+
+// timedReq is one member read or write with a deadline; it runs on a
+// buffer of its own (see callBuf).
+type timedReq struct {
+	state atomic.Int32 // reqRunning, reqAbandoned, reqEnded
+	done  chan error
+	timer *time.Timer
+	ref   *[]byte // the pooled buffer
+	buf   []byte
+	m     *member
+	off   int64
+	write bool
+	fua   bool
+}
+
+const (
+	reqRunning int32 = iota
+	reqAbandoned
+	reqEnded
+)
+
+// memberIO reads or writes b at off on m.
+func memberIO(m *member, b []byte, off int64, write, fua bool) error {
+	if !write {
+		_, err := m.dev.ReadAt(b, off)
+		return err
+	}
+	if fua {
+		if f, ok := m.dev.(blockdev.FUAWriter); ok {
+			_, err := f.WriteAtFUA(b, off)
+			return err
+		}
+		if _, err := m.dev.WriteAt(b, off); err != nil {
+			return err
+		}
+		return m.dev.Flush()
+	}
+	_, err := m.dev.WriteAt(b, off)
+	return err
+}
+
+// callBuf runs one member read or write of p at off with the retry and
+// timeout policy.
+//
+// Buffer lifetime: a buffer handed to a member request is given back to
+// its owner (the caller of ReadAt/WriteAt, or the scratch pool) only
+// after the request has returned, never on a timer alone: a late
+// completion (a C2HData arriving after the deadline) would otherwise
+// write into memory that belongs to another request by then. Without a
+// timeout the request runs on p and returns before callBuf does. With
+// one, it runs on a pooled buffer of its own (one copy); at the deadline
+// the member is failed at once and callBuf returns, and the request's
+// goroutine owns that buffer from then on and returns it to the pool
+// when the request ends.
+func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua bool) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		if a.pol.IOTimeout > 0 {
+			err = a.timed(m, p, off, write, fua)
+		} else {
+			err = memberIO(m, p, off, write, fua)
+		}
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, blockdev.ErrFenced) || errors.Is(err, blockdev.ErrTimeout) || attempt >= a.pol.Retries {
+			break
+		}
+	}
+	return a.memberErr(m, op, err)
+}
+
+// timed runs one member request on a private copy of p under the I/O
+// timeout. The request state (with its channel and timer) is pooled: the
+// caller puts it back after a normal completion, the request's goroutine
+// after an abandoned one (the caller no longer touches it then).
+func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
+	r := timedPool.Get().(*timedReq)
+	r.state.Store(reqRunning)
+	r.ref, r.m, r.off, r.write, r.fua = getBufRef(int64(len(p))), m, off, write, fua
+	r.buf = *r.ref
+	if write {
+		copy(r.buf, p)
+	}
+	startOp(opJob{t: r})
+	if r.timer == nil {
+		r.timer = time.NewTimer(a.pol.IOTimeout)
+	} else {
+		r.timer.Reset(a.pol.IOTimeout)
+	}
+	select {
+	case err := <-r.done:
+		r.timer.Stop()
+		return r.finish(p, err)
+	case <-r.timer.C:
+		if r.state.CompareAndSwap(reqRunning, reqAbandoned) {
+			return fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
+		}
+		return r.finish(p, <-r.done) // it ended just now
+	}
+}
+
+var timedPool = sync.Pool{New: func() any { return &timedReq{done: make(chan error, 1)} }}
+
+func (r *timedReq) run() {
+	err := memberIO(r.m, r.buf, r.off, r.write, r.fua)
+	if r.state.CompareAndSwap(reqRunning, reqEnded) {
+		r.done <- err
+		return
+	}
+	// Abandoned at the deadline: nobody else holds the buffer or r.
+	putBufRef(r.ref)
+	r.recycle()
+}
+
+func (r *timedReq) finish(p []byte, err error) error {
+	if err == nil && !r.write {
+		copy(p, r.buf)
+	}
+	putBufRef(r.ref)
+	r.recycle()
+	return err
+}
+
+func (r *timedReq) recycle() {
+	r.ref, r.buf, r.m = nil, nil, nil
+	timedPool.Put(r)
+}
+
+func (a *Array) mread(m *member, p []byte, off int64) error {
+	return a.callBuf(m, "read", p, off, false, false)
+}
+
+func (a *Array) mwrite(m *member, p []byte, off int64, fua bool) error {
+	return a.callBuf(m, "write", p, off, true, fua)
+}

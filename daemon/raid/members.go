@@ -1,0 +1,360 @@
+package raid
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"tier0/daemon/blockdev"
+)
+
+type member struct {
+	role     int
+	dev      blockdev.Device
+	state    atomic.Uint32 // roleActive, roleFailed, roleRebuilding, roleEmpty
+	recovery atomic.Int64  // rebuilding: stripes below this are in sync
+	full     bool          // rebuilding: every stripe needs rebuilding
+	dirty    []bool        // rebuilding (delta): regions that need it
+	reason   string
+	// lat: moving average of this member's request time in ns (fanout.go).
+	lat atomic.Int64
+	// missed: rebuilding after a ReAdd in the same run of the array, the
+	// stripes it must catch up (it then replaces dirty).
+	missed *stripeSet
+	// since (RAID-5/6, failed from active): the stripes written since it
+	// failed; a ReAdd of the same device takes it as missed.
+	since *stripeSet
+	// withArray: failed when or after the array failed (no write was
+	// acknowledged after it left), so its data is as current as the
+	// survivors'; recorded as roleDown with downAt, the event counter of
+	// its last superblock, so that Assemble can take it back.
+	withArray bool
+	downAt    uint64
+}
+
+// needs reports whether rebuilding member m must still rebuild stripe s
+// (ignoring the recovery position).
+func (m *member) needs(s, regionStripes int64) bool {
+	if m.full {
+		return true
+	}
+	if m.missed != nil {
+		return m.missed.get(s)
+	}
+	return m.dirty[s/regionStripes]
+}
+
+// stripeSet is a set of stripes, safe for concurrent use.
+type stripeSet struct{ w []atomic.Uint64 }
+
+func newStripeSet(n int64) *stripeSet { return &stripeSet{w: make([]atomic.Uint64, (n+63)/64)} }
+
+func (x *stripeSet) set(s int64) {
+	w := &x.w[s/64]
+	for {
+		o := w.Load()
+		if o&(1<<(s%64)) != 0 || w.CompareAndSwap(o, o|1<<(s%64)) {
+			return
+		}
+	}
+}
+
+func (x *stripeSet) get(s int64) bool { return x.w[s/64].Load()&(1<<(s%64)) != 0 }
+
+func (a *Array) member(role int) *member { return a.members[role].Load() }
+
+// inSync reports whether role holds valid data for stripe s.
+func (a *Array) inSync(m *member, s int64) bool {
+	if m == nil {
+		return false
+	}
+	switch uint8(m.state.Load()) {
+	case roleActive:
+		return true
+	case roleRebuilding:
+		if s < m.recovery.Load() {
+			return true
+		}
+		return !m.needs(s, a.bm.regionStripes)
+	}
+	return false
+}
+
+// present reports whether role takes part in I/O at all (active or
+// rebuilding).
+func present(m *member) bool {
+	if m == nil {
+		return false
+	}
+	st := uint8(m.state.Load())
+	return st == roleActive || st == roleRebuilding
+}
+
+// each runs f on every present member in parallel and returns the errors
+// by role.
+func (a *Array) each(f func(m *member) error) []error {
+	errs := make([]error, a.geo.Members)
+	var wg sync.WaitGroup
+	for r := range a.members {
+		m := a.member(r)
+		if !present(m) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(m)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// failedCount counts roles not active (failed, missing or rebuilding).
+func (a *Array) notActive() int {
+	c := 0
+	for r := range a.members {
+		m := a.member(r)
+		if m == nil || uint8(m.state.Load()) != roleActive {
+			c++
+		}
+	}
+	return c
+}
+
+// degraded reports whether any role is not fully active.
+func (a *Array) degraded() bool { return a.notActive() > 0 }
+
+func (a *Array) failedRoles() int {
+	c := 0
+	for r := range a.members {
+		m := a.member(r)
+		if m == nil || uint8(m.state.Load()) == roleFailed || uint8(m.state.Load()) == roleEmpty {
+			c++
+		}
+	}
+	return c
+}
+
+// classify turns a member error into the engine's reaction: ErrFenced
+// stops the array; other errors fail the member.
+func (a *Array) memberErr(m *member, op string, err error) error {
+	if errors.Is(err, blockdev.ErrFenced) {
+		if !a.fenced.Swap(true) {
+			a.log.Warn("raid fenced: this node lost ownership", "uuid", fmtUUID(a.uuid), "member", m.role, "err", err)
+			a.emit(Event{Kind: Fenced, Member: m.role, Reason: err.Error()})
+		}
+		return fmt.Errorf("raid %s member %d %s: %w", fmtUUID(a.uuid), m.role, op, blockdev.ErrFenced)
+	}
+	if a.stopped.Load() {
+		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), ErrStopped)
+	}
+	a.fail(m, fmt.Sprintf("%s: %v", op, err))
+	return errGone
+}
+
+// fail marks m failed and records it on the other members' superblocks
+// before returning, so that m can never be assembled as current again.
+// It returns the error that stops the array (fenced, stopped, failed,
+// superblocks not writable), or nil when the array runs on degraded.
+func (a *Array) fail(m *member, reason string) error {
+	a.mu.Lock()
+	if !a.markFailedLocked(m, reason) {
+		a.mu.Unlock()
+		return nil
+	}
+	a.mu.Unlock()
+	a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", reason)
+	a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: reason})
+	if !a.checkDead() {
+		a.emit(Event{Kind: Degraded, Member: m.role, Reason: reason})
+		if n := a.unavailableStripes(); n > 0 {
+			why := fmt.Sprintf("member %d failed (%s) while other members are rebuilding: %d stripes lack data until a member returns", m.role, reason, n)
+			a.log.Error("raid stripes unavailable", "uuid", fmtUUID(a.uuid), "stripes", n, "reason", why)
+			a.emit(Event{Kind: StripesUnavailable, Member: m.role, Count: n, Reason: why})
+		}
+	}
+	// Make every completed write durable on the survivors before the
+	// array runs degraded: from now on a missing chunk exists only as
+	// parity, and parity and data must not diverge in a later crash.
+	if err := a.flushMembers(); err != nil && (a.fenced.Load() || a.stopped.Load()) {
+		// Another node owns the members now (or the array stopped):
+		// write nothing more, not even a superblock.
+		return err
+	}
+	if err := a.writeSuperblocks(); err != nil {
+		a.log.Warn("raid superblock update after member failure", "uuid", fmtUUID(a.uuid), "member", m.role, "err", err)
+		return err
+	}
+	return a.usable()
+}
+
+// markFailedLocked marks m failed (caller holds a.mu); false when it
+// was failed already or no longer holds its role.
+func (a *Array) markFailedLocked(m *member, reason string) bool {
+	st := uint8(m.state.Load())
+	if st == roleFailed || a.member(m.role) != m {
+		return false
+	}
+	m.reason = reason
+	m.downAt = a.sbt.Events
+	if (a.geo.Level == RAID5 || a.geo.Level == RAID6) && st == roleActive {
+		m.since = newStripeSet(a.geo.Stripes) // before the state: writers look at it once they see "failed"
+	}
+	m.state.Store(uint32(roleFailed))
+	// The array fails with this member, or failed before it: nothing was
+	// acknowledged after it left, so its data is as current as the
+	// survivors'.
+	m.withArray = st == roleActive && (a.dead.Load() || a.failedRoles() > a.geo.Level.redundancy(a.geo.Members))
+	return true
+}
+
+// checkDead fails the array when more members are gone (failed or
+// missing; a rebuilding member is present) than the level tolerates. It
+// reports whether the array is failed.
+func (a *Array) checkDead() bool {
+	a.mu.Lock()
+	if a.failedRoles() <= a.geo.Level.redundancy(a.geo.Members) {
+		a.mu.Unlock()
+		return a.dead.Load()
+	}
+	why := a.goneTextLocked() + ": re-assemble the array when enough members return"
+	a.deadWhy.Store(&why)
+	a.mu.Unlock()
+	if !a.dead.Swap(true) {
+		a.log.Error("raid array failed: too many members lost", "uuid", fmtUUID(a.uuid), "reason", why)
+		a.emit(Event{Kind: ArrayFailed, Member: -1, Reason: why})
+	}
+	return true
+}
+
+// FailMember marks role index failed (operator action or health policy).
+func (a *Array) FailMember(index int, reason string) error {
+	if index < 0 || index >= a.geo.Members {
+		return fmt.Errorf("member index %d: the array has members 0..%d: %w", index, a.geo.Members-1, ErrInvalidConfig)
+	}
+	m := a.member(index)
+	if m == nil || !present(m) {
+		return nil
+	}
+	if err := a.fail(m, reason); err != nil {
+		return err
+	}
+	return a.usable()
+}
+
+// Replace puts a new device in role index (which must be failed or
+// missing) and starts a full rebuild onto it in the background.
+func (a *Array) Replace(index int, dev blockdev.Device) error {
+	return a.addMember(index, dev, true)
+}
+
+// ReAdd brings back the device that held role index before a transient
+// loss. When its superblock shows it left after the last bitmap clear,
+// only the regions written while it was away are rebuilt (delta resync);
+// otherwise it gets a full rebuild.
+func (a *Array) ReAdd(index int, dev blockdev.Device) error {
+	return a.addMember(index, dev, false)
+}
+
+func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
+	if a.dead.Load() && !a.fenced.Load() && !a.stopped.Load() {
+		return fmt.Errorf("%w; a failed array is not repaired member by member: stop it (Abort) and re-assemble it from all its members once enough are back (Assemble takes back the members that failed with the array and rejects the stale ones as ErrStale, which then come back by ReAdd)", a.usable())
+	}
+	if err := a.usable(); err != nil {
+		return err
+	}
+	if index < 0 || index >= a.geo.Members {
+		return fmt.Errorf("member index %d: the array has members 0..%d: %w", index, a.geo.Members-1, ErrInvalidConfig)
+	}
+	if a.geo.Level == RAID0 {
+		return fmt.Errorf("raid0 has no redundancy to rebuild a member from: %w", ErrInvalidConfig)
+	}
+	if dev.Size() < a.geo.DataOffset+a.geo.Stripes*a.geo.ChunkSize {
+		return fmt.Errorf("device of %d bytes is smaller than the %d bytes a member needs: %w", dev.Size(), a.geo.DataOffset+a.geo.Stripes*a.geo.ChunkSize, ErrInvalidConfig)
+	}
+	if a.geo.BlockSize%dev.BlockSize() != 0 {
+		return fmt.Errorf("device block size %d does not divide the array's %d: %w", dev.BlockSize(), a.geo.BlockSize, ErrInvalidConfig)
+	}
+	old := a.member(index)
+	if old != nil && present(old) {
+		return fmt.Errorf("member %d is %s; fail it first: %w", index, map[bool]string{true: "active", false: "rebuilding"}[uint8(old.state.Load()) == roleActive], ErrInvalidConfig)
+	}
+	nm := &member{role: index, dev: dev, full: true}
+	if !full {
+		sb, err := readSB(dev)
+		switch {
+		case err != nil:
+			return fmt.Errorf("re-add member %d: %w; use Replace for a new device", index, err)
+		case sb.ArrayUUID != a.uuid:
+			return fmt.Errorf("re-add member %d: device belongs to array %s: %w", index, fmtUUID(sb.ArrayUUID), ErrMismatch)
+		case int(sb.Role) != index:
+			return fmt.Errorf("re-add member %d: device held role %d: %w", index, sb.Role, ErrMismatch)
+		}
+		if why := sameGeometry(&a.sbt, sb); why != "" {
+			return fmt.Errorf("re-add member %d: %s: %w", index, why, ErrMismatch)
+		}
+		a.mu.Lock()
+		cleared := a.sbt.EventsCleared
+		a.mu.Unlock()
+		if sb.Events >= cleared && sb.RoleState[index] == roleActive {
+			nm.full = false
+			nm.dirty = a.bm.snapshot()
+		}
+		// The same device that failed in this run of the array (its
+		// superblock is the one it had then): it missed exactly the
+		// stripes written since, which writers recorded. Taken below,
+		// with no stripe operation in flight.
+		if old != nil && old.since != nil && sb.RoleState[index] == roleActive && sb.Events <= old.downAt && sb.Events+1 >= old.downAt {
+			nm.full = false
+			nm.missed = old.since
+		}
+		if debugf != nil {
+			debugf("re-add %d: member events %d, cleared %d, full %v, dirty %v", index, sb.Events, cleared, nm.full, nm.dirty)
+		}
+	}
+	nm.state.Store(uint32(roleRebuilding))
+	if nm.missed != nil {
+		// A barrier: every write holds its stripe's lock from planning
+		// until it has recorded the stripe in the failed member's missed
+		// set, so once all locks are taken the set is complete, and
+		// later writes see the new member.
+		for i := range a.locks {
+			a.locks[i].Lock()
+		}
+	}
+	a.mu.Lock()
+	a.members[index].Store(nm)
+	a.mu.Unlock()
+	if nm.missed != nil {
+		for i := range a.locks {
+			a.locks[i].Unlock()
+		}
+	}
+	// Empty log, new bitmap and superblock on the member before it
+	// takes writes (its old log entries must never be replayed).
+	zero := blockdev.AlignedBuffer(metaBlock)
+	for k := 0; k < a.jl.slots; k++ {
+		if _, err := dev.WriteAt(zero, a.jl.slotOff(k)); err != nil {
+			a.fail(nm, "log reset: "+err.Error())
+			return err
+		}
+	}
+	if err := a.bm.writeAll(dev); err != nil {
+		a.fail(nm, "bitmap write: "+err.Error())
+		return err
+	}
+	if err := a.writeSuperblocks(); err != nil {
+		return err
+	}
+	a.log.Info("raid member added", "uuid", fmtUUID(a.uuid), "member", index, "full", nm.full, "stripes-missed", nm.missed != nil)
+	a.bg.enqueue(task{kind: taskRebuild, role: index})
+	// A rebuild that stopped on stripes lacking data may go on now.
+	for r := range a.members {
+		if m := a.member(r); r != index && m != nil && uint8(m.state.Load()) == roleRebuilding {
+			a.bg.enqueue(task{kind: taskRebuild, role: r})
+		}
+	}
+	return nil
+}
