@@ -23,6 +23,9 @@ func (m *Machine) stepOwnership(ev Event) error {
 			return err
 		}
 		if e.Epoch > a.epoch {
+			if _, err := m.node(e.Node); err != nil {
+				return fmt.Errorf("array %q owner at epoch %d: %w", e.Array, e.Epoch, err)
+			}
 			m.adopt(a, e.Node, e.Epoch)
 		}
 	case OwnershipLost:
@@ -31,6 +34,9 @@ func (m *Machine) stepOwnership(ev Event) error {
 			return err
 		}
 		if e.WinnerEpoch >= a.epoch && (e.WinnerEpoch > a.epoch || e.Winner != a.owner) {
+			if _, err := m.node(e.Winner); err != nil {
+				return fmt.Errorf("array %q owner at epoch %d: %w", e.Array, e.WinnerEpoch, err)
+			}
 			m.adopt(a, e.Winner, e.WinnerEpoch)
 		}
 	case Released:
