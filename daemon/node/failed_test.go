@@ -13,11 +13,11 @@ import (
 )
 
 // awaitReport collects reports until node sends one of kind (the test's
-// guard against waiting for ever is notReturning; no speed is asserted).
+// guard against waiting for ever is scrubTakes; no speed is asserted).
 func (s *testSite) awaitReport(node, kind string, poke func()) report {
 	s.t.Helper()
 	var seen []report
-	for deadline := time.Now().Add(notReturning); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(scrubTakes); time.Now().Before(deadline); {
 		if poke != nil {
 			poke()
 		}
@@ -29,7 +29,7 @@ func (s *testSite) awaitReport(node, kind string, poke func()) report {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.t.Fatalf("node %s sent no %q report within %s; reports: %+v", node, kind, notReturning, seen)
+	s.t.Fatalf("node %s sent no %q report within %s; reports: %+v", node, kind, scrubTakes, seen)
 	return report{}
 }
 

@@ -89,6 +89,10 @@ type gate struct {
 	size   int64
 	bs     int
 	refuse atomic.Pointer[error]
+	// held, when set, says whether the node's lease is still sure to be
+	// held; checked per request (after a pause of the whole process the
+	// timer that fences the node may not have run yet).
+	held func() error
 }
 
 // block makes every request fail with err (wrapping blockdev.ErrNoPath, so
@@ -101,6 +105,9 @@ func (g *gate) unblock() { g.refuse.Store(nil) }
 func (g *gate) refused() error {
 	if p := g.refuse.Load(); p != nil {
 		return *p
+	}
+	if g.held != nil {
+		return g.held()
 	}
 	return nil
 }
@@ -239,7 +246,7 @@ func (n *Node) startFrontend(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s := &served{n: n, cfg: a, nqn: n.cfg.SubsystemNQN(a.Name), gate: &gate{size: size, bs: bs}, ana: nvme.ANAInaccessible, pending: map[int]string{}}
+		s := &served{n: n, cfg: a, nqn: n.cfg.SubsystemNQN(a.Name), gate: &gate{size: size, bs: bs, held: n.leaseHeld}, ana: nvme.ANAInaccessible, pending: map[int]string{}}
 		sc := target.SubsystemConfig{
 			NQN:       s.nqn,
 			Model:     "tier0 array " + a.Name,

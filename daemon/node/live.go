@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
 	"tier0/daemon/raid"
 	"tier0/daemon/slurm"
@@ -17,6 +18,17 @@ import (
 // earliest. It covers clock-rate drift between the node and the store and
 // the time self-fencing takes (which is bounded: see selfFence).
 func leaseMargin(ttl time.Duration) time.Duration { return ttl / 5 }
+
+// leaseHeld is the frontend gate's per-request lease check: nil while the
+// lease is sure to be held (or no lease is tracked yet: nothing is served
+// before the first registration), else the error to answer with.
+func (n *Node) leaseHeld() error {
+	l := n.lease.Load()
+	if l == nil || l.Held() {
+		return nil
+	}
+	return fmt.Errorf("node %s can no longer be sure it holds its lease (deadline %s passed): %w", n.me.Name, l.Deadline().Format(time.RFC3339Nano), blockdev.ErrNoPath)
+}
 
 // lease is what the liveness loop needs of a store.Liveness.
 type lease interface {
@@ -75,6 +87,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 		n.mu.Lock()
 		n.live = live
 		n.mu.Unlock()
+		n.lease.Store(live)
 		n.leaseGen.Add(1)
 		n.fenced.Store(false)
 		n.metrics.LeaseHeld.Set(1)

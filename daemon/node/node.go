@@ -81,8 +81,9 @@ type Node struct {
 	// atomic so that self-fencing and every check of it take no lock.
 	fenced    atomic.Bool
 	fenceWhy  atomic.Pointer[string]
-	leaseGen  atomic.Uint64 // counts lease registrations
-	arrayList []*served     // the arrays in config order, fixed once the frontend started
+	leaseGen  atomic.Uint64                  // counts lease registrations
+	lease     atomic.Pointer[store.Liveness] // the current lease, for the per-request check
+	arrayList []*served                      // the arrays in config order, fixed once the frontend started
 	started   time.Time
 	coord     bool   // this node is the coordinator now
 	lastView  string // last published cluster view, without its time

@@ -802,16 +802,22 @@ func (s *served) onEvent(ev raid.Event) {
 		}()
 	case raid.ScrubStarted, raid.ScrubMismatch, raid.ScrubDone:
 		s.onScrubEvent(ev)
-	default:
-		if ev.Kind.String() == taskFailed {
-			s.onTaskFailed(ev, member)
-		}
+	case raid.TaskFailed:
+		s.onTaskFailed(ev, member)
+	case raid.StripesUnavailable:
+		// Not an array failure: stripes that lack data fail their I/O, the
+		// rest is served; say so where people look.
+		epoch := s.runEpoch.Load()
+		go func() {
+			msg := fmt.Sprintf("%d stripes unavailable: %s", ev.Count, ev.Reason)
+			if ev.Count == 0 {
+				msg = "every stripe available again"
+			}
+			s.n.log.Warn(msg, "array", s.cfg.Name, "member", member)
+			s.n.recordEvent("stripes-unavailable", s.cfg.Name, epoch, msg)
+		}()
 	}
 }
-
-// taskFailed is the name of raid's TaskFailed event: a background task
-// (rebuild, resync, scrub) ended with an error.
-const taskFailed = "task-failed"
 
 func (s *served) onTaskFailed(ev raid.Event, member string) {
 	if ev.Member < 0 && strings.HasPrefix(ev.Reason, "scrub") {

@@ -62,14 +62,13 @@ func (s *served) onScrubEvent(ev raid.Event) {
 			r.Finished = time.Now()
 		}
 		r.Mismatches = max(r.Mismatches, ev.Count)
-	default:
-		if ev.Kind.String() != taskFailed {
-			return
-		}
+	case raid.TaskFailed:
 		r.Running, r.Finished, r.Error = false, time.Now(), ev.Reason
+	default:
+		return
 	}
 	s.scrub.Store(&r)
-	if ev.Kind == raid.ScrubDone || ev.Kind.String() == taskFailed {
+	if ev.Kind == raid.ScrubDone || ev.Kind == raid.TaskFailed {
 		n := s.n
 		epoch := s.runEpoch.Load()
 		go func() {
