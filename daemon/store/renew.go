@@ -536,8 +536,7 @@ func (f *failoverLease) KeepAlive(ctx context.Context, id clientv3.LeaseID) (<-c
 		}
 	}
 	ch := make(chan *clientv3.LeaseKeepAliveResponse, 16)
-	var k *keeper
-	k = f.s.keep(id, fmt.Sprintf("lease %x", int64(id)), g.ttl, g.ttl/5, g.sent, func(r renewal) {
+	k := f.s.keep(id, fmt.Sprintf("lease %x", int64(id)), g.ttl, g.ttl/5, g.sent, func(r renewal) {
 		select {
 		case ch <- &clientv3.LeaseKeepAliveResponse{ResponseHeader: &pb.ResponseHeader{}, ID: id, TTL: int64(r.ttl / time.Second)}:
 		default: // nobody reads: drop, as the client's own lessor does
