@@ -83,6 +83,7 @@ type Node struct {
 	fenceWhy  atomic.Pointer[string]
 	leaseGen  atomic.Uint64                  // counts lease registrations
 	lease     atomic.Pointer[store.Liveness] // the current lease, for the per-request check
+	bg        sync.WaitGroup                 // background reports and records (goBG)
 	arrayList []*served                      // the arrays in config order, fixed once the frontend started
 	started   time.Time
 	coord     bool   // this node is the coordinator now
@@ -170,6 +171,9 @@ func (n *Node) shutdown() {
 	for _, s := range arrays {
 		s.stop(false)
 	}
+	// Reports and records still being written (each bounded by its own
+	// timeout) go out before the store closes.
+	n.bg.Wait()
 	if n.drainer != nil {
 		n.drainer.Close()
 	}

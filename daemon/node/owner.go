@@ -297,7 +297,8 @@ func (s *served) stopLocked(abort bool) {
 	if s.epoch != 0 {
 		// Tell a coordinator rebuilding its machine that this array is not
 		// served here any more (best effort: the record also ages out).
-		go s.n.publishStopped(s.cfg.Name, s.epoch)
+		epoch := s.epoch
+		s.n.goBG(func() { s.n.publishStopped(s.cfg.Name, epoch) })
 	}
 	if s.array != nil {
 		if abort {
@@ -748,7 +749,7 @@ func (s *served) onEvent(ev raid.Event) {
 	}
 	switch ev.Kind {
 	case raid.ResyncDone, raid.RebuildDone:
-		go func() {
+		s.n.goBG(func() {
 			s.mu.Lock()
 			kind := s.pending[ev.Member]
 			delete(s.pending, ev.Member)
@@ -763,23 +764,23 @@ func (s *served) onEvent(ev raid.Event) {
 			if member != "" {
 				s.n.sendReport(report{Kind: r, Array: s.cfg.Name, Member: member, Epoch: epoch})
 			}
-		}()
+		})
 	case raid.RebuildProgress, raid.ResyncProgress:
 		if member != "" && ev.Total > 0 {
 			pct := int(ev.Done * 100 / ev.Total)
-			go func() {
+			s.n.goBG(func() {
 				s.mu.Lock()
 				epoch := s.epoch
 				s.mu.Unlock()
 				s.n.sendReport(report{Kind: "progress", Array: s.cfg.Name, Member: member, Percent: pct, Epoch: epoch})
-			}()
+			})
 		}
 	case raid.Fenced:
 		// A member refused our writes: another node owns the array now.
-		go func() {
+		s.n.goBG(func() {
 			s.n.log.Warn("array fenced by a newer owner; stopping it", "array", s.cfg.Name)
 			s.stop(true)
-		}()
+		})
 	case raid.MemberFailed:
 		s.n.log.Warn("member failed", "array", s.cfg.Name, "member", member, "reason", ev.Reason)
 	case raid.ArrayFailed:
@@ -794,12 +795,12 @@ func (s *served) onEvent(ev raid.Event) {
 		s.failure.Store(&reason)
 		s.gate.block(fmt.Errorf("array %s failed on node %s: %s; it is served again once enough members return: %w", s.cfg.Name, s.n.me.Name, reason, blockdev.ErrNoPath))
 		epoch := s.runEpoch.Load()
-		go func() {
+		s.n.goBG(func() {
 			s.markFailed(reason)
 			s.n.log.Error("array failed: stopped serving it", "array", s.cfg.Name, "epoch", epoch, "reason", reason)
 			s.n.sendReport(report{Kind: "array-failed", Array: s.cfg.Name, Epoch: epoch, Reason: reason})
 			s.n.recordEvent("array-failed", s.cfg.Name, epoch, reason)
-		}()
+		})
 	case raid.ScrubStarted, raid.ScrubMismatch, raid.ScrubDone:
 		s.onScrubEvent(ev)
 	case raid.TaskFailed:
@@ -808,14 +809,14 @@ func (s *served) onEvent(ev raid.Event) {
 		// Not an array failure: stripes that lack data fail their I/O, the
 		// rest is served; say so where people look.
 		epoch := s.runEpoch.Load()
-		go func() {
+		s.n.goBG(func() {
 			msg := fmt.Sprintf("%d stripes unavailable: %s", ev.Count, ev.Reason)
 			if ev.Count == 0 {
 				msg = "every stripe available again"
 			}
 			s.n.log.Warn(msg, "array", s.cfg.Name, "member", member)
 			s.n.recordEvent("stripes-unavailable", s.cfg.Name, epoch, msg)
-		}()
+		})
 	}
 }
 
@@ -825,7 +826,7 @@ func (s *served) onTaskFailed(ev raid.Event, member string) {
 		return
 	}
 	epoch := s.runEpoch.Load()
-	go func() {
+	s.n.goBG(func() {
 		s.mu.Lock()
 		kind := ""
 		if ev.Member >= 0 {
@@ -838,7 +839,7 @@ func (s *served) onTaskFailed(ev raid.Event, member string) {
 			s.n.sendReport(report{Kind: "repair-failed", Array: s.cfg.Name, Member: member, Epoch: epoch, Reason: kind + " of " + member + " failed: " + ev.Reason})
 		}
 		s.n.recordEvent("task-failed", s.cfg.Name, epoch, ev.Reason)
-	}()
+	})
 }
 
 // selfFence stops acting as owner of anything. Its first part takes no
@@ -871,7 +872,7 @@ func (n *Node) selfFence(reason string) {
 		n.metrics.Fenced.Set(1)
 	}
 	for _, s := range n.arrayList {
-		go s.stopFenced(gen)
+		n.goBG(func() { s.stopFenced(gen) })
 	}
 }
 
@@ -979,4 +980,14 @@ func (n *Node) retryFailed(ctx context.Context) {
 			n.recordEvent("array-recovered", s.cfg.Name, epoch, "re-assembled from its members after: "+why)
 		}()
 	}
+}
+
+// goBG runs f in the background, tracked, so that shutdown (and a test)
+// can wait for it before closing the store it writes to.
+func (n *Node) goBG(f func()) {
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		f()
+	}()
 }

@@ -71,7 +71,7 @@ func (s *served) onScrubEvent(ev raid.Event) {
 	if ev.Kind == raid.ScrubDone || ev.Kind == raid.TaskFailed {
 		n := s.n
 		epoch := s.runEpoch.Load()
-		go func() {
+		n.goBG(func() {
 			if n.metrics != nil {
 				n.metrics.SetScrub(s.cfg.Name, r)
 			}
@@ -81,7 +81,7 @@ func (s *served) onScrubEvent(ev raid.Event) {
 			}
 			n.log.Info(msg, "array", s.cfg.Name, "epoch", epoch)
 			n.recordEvent(kind, s.cfg.Name, epoch, msg)
-		}()
+		})
 	}
 }
 

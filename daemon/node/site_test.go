@@ -125,6 +125,9 @@ func newTestSite(t *testing.T) *testSite {
 				_ = n.backend.Close()
 			}
 		}
+		for _, n := range s.nodes {
+			n.bg.Wait()
+		}
 		for _, l := range s.lives {
 			l.Abandon()
 		}
