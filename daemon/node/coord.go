@@ -211,20 +211,14 @@ func (n *Node) coordinate(ctx context.Context) error {
 
 // liveNodes lists the nodes with a live lease and the store revision of
 // that answer.
+//
+// It is read half a lease TTL after the call (store.SettledNodes): an etcd
+// leader that was frozen and thaws can revoke every lease at once, the
+// coordinator's session included, and the nodes register again within
+// that time (docs/CONTROL-PLANE.md, "Leases"); a snapshot taken at once
+// would count them gone.
 func (n *Node) liveNodes(ctx context.Context) (map[string]store.NodeInfo, int64, error) {
-	resp, err := n.st.Client().Get(ctx, n.key("nodes")+"/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, 0, fmt.Errorf("list live nodes: %w", err)
-	}
-	out := map[string]store.NodeInfo{}
-	for _, kv := range resp.Kvs {
-		var ni store.NodeInfo
-		if err := json.Unmarshal(kv.Value, &ni); err != nil {
-			return nil, 0, fmt.Errorf("node key %s: %w", kv.Key, err)
-		}
-		out[ni.Node] = ni
-	}
-	return out, resp.Header.Revision, nil
+	return n.st.SettledNodes(ctx)
 }
 
 // restoreEvents reads what the store records — nodes and their leases,
