@@ -66,6 +66,8 @@ func (m *Machine) stepLiveness(ev Event) error {
 	return nil
 }
 
+// join adds a node (up, its lease fresh) and exports its drives; a node
+// that joins again is returning.
 func (m *Machine) join(e NodeJoined) error {
 	if e.Node == "" {
 		return fmt.Errorf("node with empty name: %w", ErrBadConfig)
@@ -94,6 +96,9 @@ func (m *Machine) join(e NodeJoined) error {
 	return nil
 }
 
+// heartbeat: n renewed its lease. A node that was down comes back (its
+// members stale, to be resynced); one that had fenced itself takes its
+// arrays back under a new epoch.
 func (m *Machine) heartbeat(n *node) {
 	n.lastBeat = m.now
 	switch n.state {
@@ -126,6 +131,8 @@ func (m *Machine) heartbeat(n *node) {
 	}
 }
 
+// restarted: n's daemon restarted within its lease. It is treated as lost
+// and back at once: its arrays are taken over again, its members resynced.
 func (m *Machine) restarted(n *node) {
 	m.record(kindNodeRestarted, RecordEvent{Node: n.id})
 	n.state = NodeDown
@@ -150,6 +157,8 @@ func (m *Machine) restarted(n *node) {
 	}
 }
 
+// selfFence: n stopped renewing its lease and stops serving; its arrays
+// wait until its lease is renewed or expires.
 func (m *Machine) selfFence(n *node, reason string) {
 	if n.state != NodeUp {
 		return
@@ -164,6 +173,9 @@ func (m *Machine) selfFence(n *node, reason string) {
 	}
 }
 
+// nodeLost: n's lease expired. Its members are missing, its arrays go to
+// other nodes (the outage counted from its last renewal), and it is
+// drained in Slurm.
 func (m *Machine) nodeLost(n *node, reason string) {
 	if n.state == NodeDown {
 		return

@@ -122,6 +122,8 @@ func (m *Machine) released(e Released) error {
 	return nil
 }
 
+// startTakeover moves a to node to under the next epoch: to fences the
+// members it can reach (cutting the old owner off), then assembles.
 func (m *Machine) startTakeover(a *array, to string, kind eventKind) {
 	old, oldEpoch := a.owner, a.epoch
 	if a.phase == phaseIdle {
@@ -142,11 +144,15 @@ func (m *Machine) startTakeover(a *array, to string, kind eventKind) {
 	m.emit(Fence{Array: a.name, Node: to, OldOwner: old, OldEpoch: oldEpoch, NewEpoch: a.epoch, Members: reach})
 }
 
+// startRelease begins a planned hand-off of a to node to: its owner
+// releases it first (Release, then Released starts the takeover).
 func (m *Machine) startRelease(a *array, to string) {
 	a.phase, a.phaseAt, a.since, a.target, a.from = phaseReleasing, m.now, m.now, to, a.owner
 	m.emit(Release{Array: a.name, Node: a.owner, Epoch: a.epoch, To: to})
 }
 
+// clearRetry lets every abandoned hand-off be tried again now (a node
+// came back, drained or undrained).
 func (m *Machine) clearRetry() {
 	for _, a := range m.arrays {
 		a.retryAt = 0
@@ -162,6 +168,8 @@ func (m *Machine) adopt(a *array, node string, epoch uint64) {
 	a.phaseAt = m.now
 }
 
+// attemptFailed: the takeover of array name by nodeID at epoch failed in
+// phase want; a report of any other attempt is ignored.
 func (m *Machine) attemptFailed(name, nodeID string, epoch uint64, want phase, reason string) error {
 	a, err := m.array(name)
 	if err != nil {

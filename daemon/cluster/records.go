@@ -18,6 +18,8 @@ func (m *Machine) stepRecord(ev Event) error {
 	return badEvent(ev)
 }
 
+// define adds an array from the desired state after checking its level,
+// members (known drives, one per node) and failback policy.
 func (m *Machine) define(e ArrayDefined) error {
 	if _, ok := m.arrays[e.Name]; ok {
 		return fmt.Errorf("array %q defined twice: %w", e.Name, ErrBadConfig)
@@ -64,6 +66,9 @@ func (m *Machine) define(e ArrayDefined) error {
 	return nil
 }
 
+// observed seeds an array with the store's record of it (see
+// ArrayObserved): member states first checked, then applied; an owner
+// that serves it keeps it, any other record leaves it to be assigned.
 func (m *Machine) observed(e ArrayObserved) error {
 	a, err := m.array(e.Array)
 	if err != nil {
