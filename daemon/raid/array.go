@@ -51,6 +51,9 @@ type Array struct {
 	// does not change when the resync copies over it.
 	resyncing atomic.Bool
 
+	// slowReads counts reads served around a slow member (hedge.go).
+	slowReads atomic.Int64
+
 	fgOps      atomic.Int64
 	fgInflight atomic.Int64
 	rr         atomic.Uint64

@@ -565,3 +565,64 @@ func BenchmarkRebuild(b *testing.B) {
 		})
 	}
 }
+
+// slowDev delays every data-area read by delay while slow is set (a
+// member that stops answering in time but does not fail).
+type slowDev struct {
+	blockdev.Device
+	slow  atomic.Bool
+	delay time.Duration
+}
+
+func (d *slowDev) ReadAt(p []byte, off int64) (int, error) {
+	if d.slow.Load() {
+		time.Sleep(d.delay)
+	}
+	return d.Device.ReadAt(p, off)
+}
+
+// BenchmarkSlowMember: the longest 4 KiB random read while one member of
+// a RAID-5 3+1 takes 500 ms per read, with Policy.SlowRead = 5 ms,
+// against the longest read of the same run with the member healthy
+// (goal: stall ≤ 100 ms).
+func BenchmarkSlowMember(b *testing.B) {
+	ds := benchMembers(b, "mem", 4)
+	sd := &slowDev{Device: ds[0], delay: 500 * time.Millisecond}
+	ds[0] = sd
+	pol := quietPolicy(nil)
+	pol.SlowRead = 5 * time.Millisecond
+	a, err := Create(ds, Config{Level: RAID5, ChunkSize: benchChunk, AssumeClean: true, Policy: pol})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Abort()
+	bufs := workerBufs(4096)
+	longest := func() time.Duration {
+		var worst atomic.Int64
+		rng := make([]*rand.Rand, benchQ)
+		for w := range rng {
+			rng[w] = rand.New(rand.NewSource(int64(w)))
+		}
+		_, _, err := drive(2000, func(w, i int) error {
+			t0 := time.Now()
+			_, err := a.ReadAt(bufs[w], rng[w].Int63n(a.Size()/4096)*4096)
+			if d := int64(time.Since(t0)); d > worst.Load() {
+				worst.Store(d)
+			}
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(worst.Load())
+	}
+	for it := 0; it < b.N; it++ {
+		healthy := longest()
+		sd.slow.Store(true)
+		slow := longest()
+		sd.slow.Store(false)
+		b.ReportMetric(float64(healthy.Microseconds())/1000, "healthy-longest-ms")
+		b.ReportMetric(float64(slow.Microseconds())/1000, "slow-member-longest-ms")
+		b.ReportMetric(float64(sd.delay.Milliseconds()), "member-delay-ms")
+	}
+}

@@ -65,6 +65,8 @@ func TestTimedOutMemberNeverTouchesReturnedBuffer(t *testing.T) {
 			off = int64(i) * a.geo.ChunkSize
 		}
 	}
+	// Set before the churn starts: its reads of member 1 read it.
+	late.at = a.moff(0, 0)
 	// Other requests churn through the pooled buffers meanwhile.
 	stop := make(chan struct{})
 	var churn sync.WaitGroup
@@ -91,7 +93,6 @@ func TestTimedOutMemberNeverTouchesReturnedBuffer(t *testing.T) {
 			}
 		}
 	}()
-	late.at = a.moff(0, 0)
 	late.armed.Store(true)
 	buf := make([]byte, a.geo.ChunkSize)
 	if _, err := a.ReadAt(buf, off); err != nil {

@@ -140,6 +140,14 @@ type Policy struct {
 	Retries int
 	// IOTimeout bounds one member request; 0 leaves it to the device.
 	IOTimeout time.Duration
+	// SlowRead, when set, routes reads around a slow member: a RAID-5/6
+	// read of one chunk piece that its member has not answered after
+	// max(SlowRead, 4 × the other members' mean request time) is served
+	// by reconstruction from the other members of the stripe; the slow
+	// request finishes on a buffer of its own. The member is not failed
+	// for it (IOTimeout does that). 0 = off. Well below IOTimeout, e.g.
+	// 20 ms.
+	SlowRead time.Duration
 	// RebuildRate limits rebuild, resync and scrub, in MiB/s; 0 = no limit.
 	RebuildRate float64
 	// Adaptive makes background work yield while foreground I/O runs.

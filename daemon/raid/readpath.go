@@ -29,6 +29,7 @@ type readWork struct {
 	locks   []int
 	req     []bool
 	sc      scratch
+	avoid   *member // read around this member (a slow read, hedge.go)
 }
 
 // recon is one missing piece: dst = XOR of srcs[first:end].
@@ -51,6 +52,7 @@ func (rw *readWork) release() {
 	clear(rw.recons)
 	rw.spans, rw.slow, rw.general, rw.ops = rw.spans[:0], rw.slow[:0], rw.general[:0], rw.ops[:0]
 	rw.srcs, rw.recons, rw.locks = rw.srcs[:0], rw.recons[:0], rw.locks[:0]
+	rw.avoid = nil
 	readPool.Put(rw)
 }
 
@@ -100,7 +102,12 @@ func (a *Array) readStriped(p []byte, off int64) error {
 		// that each member serves one merged request.
 		return a.readSlow(rw.spans)
 	}
-	err := a.runGrouped(rw.ops)
+	var err error
+	if len(rw.ops) == 1 && len(rw.slow) == 0 && a.pol.SlowRead > 0 && (a.geo.Level == RAID5 || a.geo.Level == RAID6) {
+		err = a.readHedged(rw.ops[0], rw.spans[0])
+	} else {
+		err = a.runGrouped(rw.ops)
+	}
 	if errors.Is(err, errGone) {
 		// A member failed under us: do everything the careful way.
 		return a.readSlow(rw.spans)
@@ -127,13 +134,18 @@ func (a *Array) readSlow(sps []span) error {
 	return nil
 }
 
-func (a *Array) readSlowBatch(sps []span) error {
+func (a *Array) readSlowBatch(sps []span) error { return a.readAround(sps, nil) }
+
+// readAround reads sps under their stripe locks, not reading from avoid
+// (nil: every in-sync member is used).
+func (a *Array) readAround(sps []span, avoid *member) error {
 	var err error
 	for attempt := 0; attempt <= a.geo.Members+1; attempt++ {
 		if err = a.usable(); err != nil {
 			return err
 		}
 		rw := getReadWork()
+		rw.avoid = avoid
 		for _, sp := range sps {
 			rw.locks = append(rw.locks, int(uint64(sp.s)%stripeLocks))
 		}
@@ -194,7 +206,7 @@ func (a *Array) planSlowSpan(rw *readWork, sp span) error {
 		i := int(pos / C)
 		row := pos % C
 		l := min(C-row, sp.hi-pos)
-		if !a.inSync(a.member(a.dataRole(sp.s, i)), sp.s) {
+		if !rw.usable(a, a.member(a.dataRole(sp.s, i)), sp.s) {
 			missing, nmiss, row0, len0 = i, nmiss+1, row, l
 		}
 		pos += l
@@ -204,12 +216,15 @@ func (a *Array) planSlowSpan(rw *readWork, sp span) error {
 	}
 	fast := nmiss <= 1
 	if nmiss == 1 {
-		fast = a.inSync(a.member(a.parityRole(sp.s, 0)), sp.s)
+		fast = rw.usable(a, a.member(a.parityRole(sp.s, 0)), sp.s)
 		for j := 0; j < nd && fast; j++ {
-			fast = j == missing || a.inSync(a.member(a.dataRole(sp.s, j)), sp.s)
+			fast = j == missing || rw.usable(a, a.member(a.dataRole(sp.s, j)), sp.s)
 		}
 	}
 	if !fast {
+		if rw.avoid != nil {
+			return errNoHedge
+		}
 		rw.general = append(rw.general, sp)
 		return nil
 	}
@@ -248,4 +263,9 @@ func (a *Array) planSlowSpan(rw *readWork, sp span) error {
 	rc.end = len(rw.srcs)
 	rw.recons = append(rw.recons, rc)
 	return nil
+}
+
+// usable reports whether m holds valid data of stripe s and may be read.
+func (rw *readWork) usable(a *Array, m *member, s int64) bool {
+	return m != rw.avoid && a.inSync(m, s)
 }
