@@ -91,8 +91,11 @@ func problemLines(arrays []api.Array, owners []api.OwnerReport) []string {
 		}
 	}
 	for _, o := range owners {
-		if o.Failed {
+		switch {
+		case o.Failed:
 			out = append(out, fmt.Sprintf("array %s  failed on its owner %s (epoch %d), not served: %s", o.Array, o.Owner, o.Epoch, orDash(o.Reason)))
+		case o.Reason != "" && o.State != "optimal":
+			out = append(out, fmt.Sprintf("array %s  %s on its owner %s: %s", o.Array, o.State, o.Owner, o.Reason))
 		}
 	}
 	return out

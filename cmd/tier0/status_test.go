@@ -81,7 +81,7 @@ func TestStatusShowsFailedArraysAndScrubs(t *testing.T) {
 		{Array: "a", Owner: "A", Epoch: 3, State: "failed", Failed: true, Reason: "members 0, 1 failed; raid5 tolerates 1", Time: testTime},
 		{Array: "c", Owner: "C", Epoch: 1, State: "optimal", Time: testTime, Scrub: &api.ScrubStatus{
 			Started: testTime.Add(-time.Hour), Finished: testTime.Add(-30 * time.Minute), Mismatches: 2, Repaired: 1, Stripes: []int64{17, 40}}},
-		{Array: "b", Owner: "A", Epoch: 7, State: "degraded", Time: testTime, Scrub: &api.ScrubStatus{Running: true, Started: testTime.Add(-time.Minute)}},
+		{Array: "b", Owner: "A", Epoch: 7, State: "degraded", Reason: "degraded: member 0 rebuilding", Time: testTime, Scrub: &api.ScrubStatus{Running: true, Started: testTime.Add(-time.Minute)}},
 	}
 	out, errOut, code := runCLI(t, nil, "status", "--api", serveFake(t, f))
 	if code != 0 {
@@ -91,6 +91,7 @@ func TestStatusShowsFailedArraysAndScrubs(t *testing.T) {
 		"problems:",
 		"array a  failed: raid5 lost 2 of 2 members (B1, C1)",
 		"array a  failed on its owner A (epoch 3), not served: members 0, 1 failed; raid5 tolerates 1",
+		"array b  degraded on its owner A: degraded: member 0 rebuilding",
 		"scrub:",
 		"array c  last scrub 2026-11-29T17:30:00Z (owner C): 2 mismatches, 1 repaired, stripes 17 40",
 		"array b  scrub running since 2026-11-29T17:59:00Z (owner A)",

@@ -31,8 +31,12 @@ type observedArray struct {
 
 // observed is the array's record for the store (s.mu not needed).
 func (s *served) observed(epoch uint64, serving bool, st raid.Status) observedArray {
+	reason := s.failReason()
+	if reason == "" && st.State != "optimal" {
+		reason = st.Reason // the RAID engine's: which members, and why
+	}
 	return observedArray{Owner: s.n.me.Name, Epoch: epoch, Serving: serving, Status: st,
-		Failed: s.arrayFailed(), Reason: s.failReason(), Scrub: s.scrub.Load(), Time: time.Now()}
+		Failed: s.arrayFailed(), Reason: reason, Scrub: s.scrub.Load(), Time: time.Now()}
 }
 
 // ownerReports reads every array's observed record (absent: none). A
