@@ -39,6 +39,7 @@
 //	config.go     Config and its defaults; types.go levels, states, errors
 //
 // The tests drive the machine through a simulated cluster (sim_test.go)
-// with transcripts (testdata/*.txt, regenerated with -rewrite) and random
-// histories checked for the safety invariants (random_test.go).
+// with transcripts in its command language (simcmd_test.go; testdata/*.txt,
+// regenerated with -rewrite) and random histories checked for the safety
+// invariants (random_test.go).
 package cluster
