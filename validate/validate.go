@@ -479,7 +479,6 @@ func (r *runner) steps() error {
 			return r.stop(err)
 		}
 	}
-	r.idleCPU()
 	if err := r.connectFrontends(); err != nil {
 		r.check(CheckFill, bench.Fail, err.Error())
 		return r.stop(err)
@@ -487,6 +486,9 @@ func (r *runner) steps() error {
 	if err := r.fill(); err != nil {
 		return r.stop(err)
 	}
+	// After the fill: the cluster has settled (a baseline taken right
+	// after start-up includes its elections and first syncs).
+	r.idleCPU()
 	r.blockBench()
 	r.benchLayer(CheckFrontend, bench.LayerFrontend, bench.Healthy, r.frontTargets(), 1)
 	if r.ctx.Err() != nil {
