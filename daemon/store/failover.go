@@ -23,7 +23,7 @@ import (
 
 const (
 	readTry   = time.Second            // one read on one member
-	writeMax  = 2 * time.Second        // a write with no deadline of its own
+	writeMax  = 2 * time.Second        // one try of a write with no deadline of its own
 	probeTry  = time.Second            // one probe of a watch's member
 	probeLoop = 500 * time.Millisecond // between probes
 )
@@ -75,16 +75,26 @@ func readOn[T any](ctx context.Context, s *Store, op func(context.Context, clien
 	}
 }
 
-// writeOn runs a write once, on the preferred member, bounded by writeMax
-// when ctx has no deadline. It is not retried: a request that timed out
-// may still be applied.
+// writeOn runs a write on the preferred member. With a deadline of the
+// caller's it is sent once. Without one (the caller waits as long as it
+// takes, e.g. while the cluster boots) each try is bounded by writeMax and
+// the next goes to the member preferred then, so that a write never waits
+// on a frozen member: a try that timed out may still be applied, so such
+// a write may be applied twice (a put of the same value; a transaction
+// whose compare then fails).
 func writeOn[T any](ctx context.Context, s *Store, op func(context.Context, clientv3.KV) (T, error)) (T, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, writeMax)
-		defer cancel()
+	if _, ok := ctx.Deadline(); ok {
+		return op(ctx, s.preferred().kv)
 	}
-	return op(ctx, s.preferred().kv)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, writeMax)
+		v, err := op(cctx, s.preferred().kv)
+		cancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return v, err
+		}
+		s.log.Debug("write retried on the preferred member", "err", err)
+	}
 }
 
 // failoverKV replaces the client's KV (see the top of this file).
