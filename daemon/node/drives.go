@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/blockdev/local"
@@ -126,13 +127,51 @@ func (n *Node) startBackend() error {
 }
 
 // publishDrives records the size of every local drive in the store.
+// At start-up the store may still be electing its first leader (the other
+// voters are starting too) and each write is bounded by the store's own
+// deadline: a write that times out is tried again, with backoff, for up to
+// storeStartWait before the node gives up.
 func (n *Node) publishDrives(ctx context.Context) error {
 	for name, dev := range n.drives {
-		if _, err := n.st.Put(ctx, "observed", "drives", name, driveInfo{Node: n.me.Name, Size: dev.Size(), BlockSize: dev.BlockSize()}); err != nil {
-			return fmt.Errorf("publish drive %s: %w", name, err)
+		info := driveInfo{Node: n.me.Name, Size: dev.Size(), BlockSize: dev.BlockSize()}
+		if err := retryStartup(ctx, n, "publish drive "+name, func() error {
+			_, err := n.st.Put(ctx, "observed", "drives", name, info)
+			return err
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// storeStartWait bounds how long start-up waits for the store to take a
+// write.
+const storeStartWait = 2 * time.Minute
+
+// retryStartup runs op until it succeeds, ctx ends or storeStartWait has
+// passed, logging each failure.
+func retryStartup(ctx context.Context, n *Node, what string, op func() error) error {
+	deadline := time.Now().Add(storeStartWait)
+	wait := 250 * time.Millisecond
+	for {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: the store took no write for %s (last error: %w): is a majority of the etcd voters in control_plane up and reachable from node %s?", what, storeStartWait, err, n.me.Name)
+		}
+		n.log.Warn("store write failed at start-up; retrying", "what", what, "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // slice returns part i of k equal, block-aligned parts of dev (dev itself

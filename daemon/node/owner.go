@@ -530,6 +530,12 @@ func (s *served) assembleLocked(ctx context.Context, epoch uint64, degraded []st
 			n.log.Info("array created", "array", s.cfg.Name, "capacity", arr.Size())
 		}
 	}
+	if err != nil && present < len(devs) && allNoSuperblock(rejected, present) {
+		// A new array with a member not reachable yet (its node still
+		// starting): nothing has failed, it cannot be created until every
+		// member is there. The coordinator retries the assembly.
+		return fmt.Errorf("new array %s: %d of %d members reachable and blank; it is created once all %d are (waiting for %s)", s.cfg.Name, present, len(devs), len(devs), strings.Join(s.missingMembers(), ", "))
+	}
 	if err != nil {
 		if errors.Is(err, raid.ErrTooManyFailed) {
 			reason := fmt.Sprintf("assembly at epoch %d found %d of %d members usable: %v", epoch, present, len(devs), err)
@@ -563,6 +569,17 @@ func (s *served) assembleLocked(ctx context.Context, epoch uint64, degraded []st
 	}
 	n.log.Info("assembled", "array", s.cfg.Name, "epoch", epoch, "members", present, "state", arr.Status().State)
 	return nil
+}
+
+// missingMembers names the members not imported.
+func (s *served) missingMembers() []string {
+	var out []string
+	for i, d := range s.cfg.Members {
+		if i >= len(s.members) || s.members[i] == nil {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func allNoSuperblock(rej []Rejection, n int) bool {
