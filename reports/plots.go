@@ -91,13 +91,6 @@ func Figures(res *bench.Results, ref *Reference) ([]Figure, error) {
 	return figs, nil
 }
 
-func nanToZero(v float64) float64 {
-	if math.IsNaN(v) {
-		return 0
-	}
-	return v
-}
-
 func retentionFigure(rows []Row) (Figure, error) {
 	f := Figure{Name: "retention", Title: "One node lost: fraction of healthy kept, tier0 vs seed",
 		Caption: "Throughput (sequential) or IOPS (random) with one node lost, as a fraction of healthy: tier0's median with its range over the repetitions as an error bar, the seed's published retention, and the drive-bound theory where derived. The dashed line is healthy (1.0); a tier0 point above it beyond its error bar is not physics but this machine. A missing tier0 point means the measurement is absent (see the comparison table)."}

@@ -377,7 +377,6 @@ func (c *child) usage(b *testing.B) usage {
 type wireClient struct {
 	nc   net.Conn
 	br   *bufio.Reader
-	hdr  []byte
 	cid  uint16
 	data []byte
 }
