@@ -49,9 +49,14 @@ func (m *Machine) stepRepair(ev Event) error {
 			return fmt.Errorf("drive %q is not on any joined node: %w", e.Drive, ErrUnknownDrive)
 		}
 		for _, name := range m.arrayOrder {
-			for _, mb := range m.arrays[name].members {
+			a := m.arrays[name]
+			for _, mb := range a.members {
 				if mb.drive == e.Drive && mb.state == MemberDriveFailed {
 					mb.state = MemberReplaced
+					// A failed array waiting for its members to return
+					// never sees a replaced drive "return" as a node
+					// does: the new drive is worth a try now.
+					a.waitBack, a.nextTry, mb.retryAt = false, 0, 0
 				}
 			}
 		}
