@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tier0/internal/testenv"
 )
 
 var netnsAddrs = map[string]string{"A": "10.77.0.1", "B": "10.77.0.2", "C": "10.77.0.3", "D": "10.77.0.4", "E": "10.77.0.5"}
@@ -29,16 +31,16 @@ func TestPartitionNetns(t *testing.T) {
 		t.Skip("starts a cluster of tier0d processes in network namespaces (~1 min); skipped with -short")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (run as root, as make test does)")
+		testenv.Missing(t, "needs root to create network namespaces (run as root, as make test does)")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip command for network namespaces (apt-get install iproute2)")
+		testenv.Missing(t, "needs iproute2's ip command for network namespaces (apt-get install iproute2)")
 	}
 	bin := tier0d(t)
 	prefix := fmt.Sprintf("t0c%d", os.Getpid()%100000)
 	nn, err := SetupNetns(prefix, netnsAddrs)
 	if err != nil {
-		t.Skipf("cannot create network namespaces here: %v", err)
+		testenv.Missing(t, "cannot create network namespaces here: %v", err)
 	}
 	defer nn.Close()
 	cmd := exec.Command("ip", "netns", "exec", nn.Hub, os.Args[0], "-test.run=^TestPartitionNetns$", "-test.v", "-test.timeout=4m")

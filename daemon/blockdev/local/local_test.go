@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"tier0/daemon/blockdev"
+	"tier0/internal/testenv"
 )
 
 // diskDir returns a temporary directory on a disk-backed file system
@@ -264,10 +265,10 @@ func TestNotADevice(t *testing.T) {
 // over a file (root and losetup needed).
 func TestLoopDevice(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("loop devices need root; run the tests as root (make test does)")
+		testenv.Missing(t, "loop devices need root; run the tests as root (make test does)")
 	}
 	if _, err := exec.LookPath("losetup"); err != nil {
-		t.Skip("losetup not installed (util-linux; scripts/deps.d/base.sh installs it)")
+		testenv.Missing(t, "losetup not installed (util-linux; scripts/deps.d/base.sh installs it)")
 	}
 	for _, sector := range []int{512, 4096} {
 		img := filepath.Join(diskDir(t), "loop.img")
@@ -279,7 +280,7 @@ func TestLoopDevice(t *testing.T) {
 		}
 		out, err := exec.Command("losetup", "--find", "--show", "--sector-size", itoa(sector), img).CombinedOutput()
 		if err != nil {
-			t.Skipf("losetup cannot attach a loop device here: %v: %s", err, out)
+			testenv.Missing(t, "losetup cannot attach a loop device here: %v: %s", err, out)
 		}
 		loop := strings.TrimSpace(string(out))
 		t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
