@@ -20,12 +20,24 @@ func (a *Array) call(m *member, op string, f func() error) error {
 		if a.pol.IOTimeout > 0 {
 			done := make(chan error, 1)
 			go func() { done <- f() }()
+			began := stalls.now()
 			t := time.NewTimer(a.pol.IOTimeout)
-			select {
-			case err = <-done:
-				t.Stop()
-			case <-t.C:
-				err = fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
+		wait:
+			for extended := false; ; {
+				select {
+				case err = <-done:
+					t.Stop()
+					break wait
+				case <-t.C:
+					if !extended && stalls.stalledSince(began) {
+						// the process, not the member, stalled
+						extended = true
+						t.Reset(a.pol.IOTimeout)
+						continue
+					}
+					err = fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
+					break wait
+				}
 			}
 		} else {
 			err = f()
@@ -123,21 +135,30 @@ func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
 	if write {
 		copy(r.buf, p)
 	}
+	began := stalls.now()
 	startOp(opJob{t: r})
 	if r.timer == nil {
 		r.timer = time.NewTimer(a.pol.IOTimeout)
 	} else {
 		r.timer.Reset(a.pol.IOTimeout)
 	}
-	select {
-	case err := <-r.done:
-		r.timer.Stop()
-		return r.finish(p, err)
-	case <-r.timer.C:
-		if r.state.CompareAndSwap(reqRunning, reqAbandoned) {
-			return fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
+	for extended := false; ; {
+		select {
+		case err := <-r.done:
+			r.timer.Stop()
+			return r.finish(p, err)
+		case <-r.timer.C:
+			if !extended && stalls.stalledSince(began) {
+				// the process, not the member, stalled: see stall.go
+				extended = true
+				r.timer.Reset(a.pol.IOTimeout)
+				continue
+			}
+			if r.state.CompareAndSwap(reqRunning, reqAbandoned) {
+				return fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
+			}
+			return r.finish(p, <-r.done) // it ended just now
 		}
-		return r.finish(p, <-r.done) // it ended just now
 	}
 }
 
