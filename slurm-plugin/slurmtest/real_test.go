@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"tier0/daemon/api"
+	tier0cluster "tier0/daemon/cluster"
 	"tier0/daemon/slurm"
 	"tier0/validate"
 )
@@ -311,6 +312,21 @@ func TestSlurmWithRealTier0d(t *testing.T) {
 	if n := rc.node(admNode); !n.Drained() || n.Reason != adminReason {
 		t.Fatalf("%s with %s down: state %s reason %q, want the administrator's drain %q", admNode, adm, n.State, n.Reason, adminReason)
 	}
+	// The story needs the cluster to have seen adm die: the store holds a
+	// lost lease back for half a TTL, and a node back within that grace is
+	// not a node loss (docs/CONTROL-PLANE.md, "Leases").
+	rc.waitFor("the cluster to see "+adm+" down", 30*time.Second, func() bool {
+		st, err := rc.lc.Status(ctx)
+		if err != nil {
+			return false // the coordinator may be changing
+		}
+		for _, n := range st.Nodes {
+			if n.Name == adm {
+				return n.State != tier0cluster.NodeUp
+			}
+		}
+		return false
+	})
 	if err := rc.lc.Start(adm); err != nil {
 		t.Fatal(err)
 	}
