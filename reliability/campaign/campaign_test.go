@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,20 +28,7 @@ func TestMain(m *testing.M) {
 // tier0d builds the daemon once per test binary.
 func tier0d(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tier0-campaign-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "tier0d")
-		cmd := exec.Command("go", "build", "-o", binPath, "tier0/cmd/tier0d")
-		cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = err
-			t.Logf("go build tier0d: %s", out)
-		}
-	})
+	buildOnce.Do(func() { binPath, buildErr = BuildTier0d("tier0-campaign-bin") })
 	if buildErr != nil {
 		t.Fatalf("building tier0d: %v", buildErr)
 	}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -187,20 +186,7 @@ func tier0d(t *testing.T) string {
 	if p := os.Getenv("TIER0_NEMESIS_TIER0D"); p != "" {
 		return p
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tier0-nemesis-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "tier0d")
-		cmd := exec.Command("go", "build", "-o", binPath, "tier0/cmd/tier0d")
-		cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = err
-			t.Logf("go build tier0d: %s", out)
-		}
-	})
+	buildOnce.Do(func() { binPath, buildErr = campaign.BuildTier0d("tier0-nemesis-bin") })
 	if buildErr != nil {
 		t.Fatalf("building tier0d: %v", buildErr)
 	}
