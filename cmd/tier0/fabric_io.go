@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"tier0/daemon/blockdev"
-	"tier0/daemon/config"
 	"tier0/daemon/host"
+	"tier0/internal/units"
 )
 
 // fabric io: read, write and verify a range of an NVMe/TCP namespace with
@@ -90,13 +89,11 @@ func fabricIOGroup() *cobra.Command {
 	return g
 }
 
-// parseSize parses a byte count for the fabric verbs with the config
-// file's parser (config.ParseSize: binary units, "4096", "4K", "64KiB",
-// "1M", "2G", "1T"), also in lower case ("4k").
+// parseSize parses a byte count for the fabric verbs with the one size
+// parser (units.ParseBytes, as the site file: binary units, "4096", "4K",
+// "64KiB", "1M", "2G", "1T", in either case).
 func parseSize(s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	t = strings.Replace(t, "IB", "iB", 1) // config.ParseSize spells KiB
-	v, err := config.ParseSize(t)
+	v, err := units.ParseBytes(s)
 	if err != nil {
 		return 0, fmt.Errorf("size %q: want a byte count with an optional K, M, G or T suffix (powers of 1024), such as 4k or 128K", s)
 	}
