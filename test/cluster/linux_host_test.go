@@ -144,7 +144,7 @@ func TestLinuxHostFailover(t *testing.T) {
 	// the kill, the takeover, the restart and the failback.
 	bg := guestLib + `( rc=0; n=0; while [ ! -e /harness/stopfio ] || [ $n -eq 0 ]; do
     fio_verify /dev/nvme0n1 8M || { rc=1; break; }; n=$((n+1)); echo $n > /harness/out/fio-runs; done
-  echo "fio verify runs: $n"; echo $rc > /harness/out/fio-bg.rc ) > /harness/out/fio-bg.log 2>&1 &
+  echo "fio verify runs: $n"; echo $rc > /harness/out/fio-bg.rc.tmp && mv /harness/out/fio-bg.rc.tmp /harness/out/fio-bg.rc ) > /harness/out/fio-bg.log 2>&1 &
 `
 	if err := g.Signal("cmd/bgfio.sh", []byte(bg)); err != nil {
 		t.Fatal(err)

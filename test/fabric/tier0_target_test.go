@@ -143,7 +143,7 @@ func linuxHostVsTier0Target(t *testing.T, g *vm.Guest) {
 		// cover every flip however fast the guest is
 		g.Signal("cmd/bgfio.sh", []byte(fioVerify+`( rc=0; n=0; while [ ! -e /harness/stopfio ] || [ $n -eq 0 ]; do
     fio_verify /dev/nvme0n1 4M || { rc=1; break; }; n=$((n+1)); done
-  echo "fio verify runs: $n"; echo $rc > /harness/out/fio-bg.rc ) > /harness/out/fio-bg.log 2>&1 &
+  echo "fio verify runs: $n"; echo $rc > /harness/out/fio-bg.rc.tmp && mv /harness/out/fio-bg.rc.tmp /harness/out/fio-bg.rc ) > /harness/out/fio-bg.log 2>&1 &
 `))
 		time.Sleep(2 * time.Second)
 		for i := 0; i < 2; i++ {

@@ -357,19 +357,21 @@ func (g *Guest) HostPort(p int) int { return g.fwd[p] }
 // Output is the console output so far.
 func (g *Guest) Output() string { return g.out.String() }
 
-// WaitFile waits until the guest creates /harness/out/NAME (a signal from the
-// guest script) and returns its content. It fails when the guest exits first
-// or the timeout passes.
+// WaitFile waits until the guest has written /harness/out/NAME (a signal
+// from the guest script) and returns its content. A file that exists but is
+// still empty is not written yet: a guest shell's `echo 0 > out/x.rc` creates
+// the file before it writes it, so signal files must never be empty. It
+// fails when the guest exits first or the timeout passes.
 func (g *Guest) WaitFile(name string, timeout time.Duration) ([]byte, error) {
 	p := filepath.Join(g.dir, "out", name)
 	deadline := time.Now().Add(timeout)
 	for {
-		if b, err := os.ReadFile(p); err == nil {
+		if b, err := os.ReadFile(p); err == nil && len(b) > 0 {
 			return b, nil
 		}
 		select {
 		case <-g.done:
-			if b, err := os.ReadFile(p); err == nil {
+			if b, err := os.ReadFile(p); err == nil && len(b) > 0 {
 				return b, nil
 			}
 			return nil, fmt.Errorf("guest exited before writing /harness/out/%s; console tail:\n%s", name, tail(g.Output(), 3000))
