@@ -1,26 +1,3 @@
-// Package host is tier0's NVMe/TCP initiator: it connects to an NVMe/TCP
-// controller (the Linux kernel's nvmet, or tier0's own target), runs an
-// admin queue and several I/O queues with many commands in flight on each,
-// and exposes namespaces as blockdev.Devices so that RAID stacks on them.
-// Multipath combines the controllers of one subsystem on several nodes and
-// follows their ANA states; see Multipath.
-//
-// # Concurrency and buffers
-//
-// All methods may be called from many goroutines. Each queue has one reader
-// goroutine; there is no goroutine per I/O. Reads land straight in the
-// caller's buffer (C2HData); writes go from the caller's buffer, in the
-// command capsule when small, else on the controller's R2T. The caller's
-// buffer is not kept after a call returns.
-//
-// # Errors
-//
-// I/O errors wrap blockdev sentinels: a reservation conflict is
-// blockdev.ErrFenced (never retried on another path), a lost connection or a
-// failed command is blockdev.ErrIO, a command that timed out is
-// blockdev.ErrTimeout, and a multipath device with no usable path past its
-// hold timeout returns blockdev.ErrNoPath. The NVMe status, when there is
-// one, is also in the chain (errors.As with *StatusError).
 package host
 
 import (
@@ -28,163 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
-)
-
-// Options configure a controller connection. Zero values take the defaults
-// named on each field.
-type Options struct {
-	SubNQN  string   // subsystem to connect to (required)
-	HostNQN string   // this host's NQN (default: derived from HostID)
-	HostID  [16]byte // this host's ID; reservations are keyed by it (default: random)
-	// IOQueues is the number of I/O queues (connections), default
-	// min(4, GOMAXPROCS); 0 I/O queues is allowed only for discovery.
-	IOQueues int
-	// QueueDepth is the number of commands in flight per I/O queue
-	// (default 128).
-	QueueDepth   int
-	HeaderDigest bool // CRC32C header digests
-	DataDigest   bool // CRC32C data digests
-	// KATO is the keep-alive timeout given to the controller (default 10 s);
-	// the host sends Keep Alive every KATO/2. Negative disables keep-alive.
-	KATO time.Duration
-	// IOTimeout: a command outstanding longer than this tears the
-	// connection down and the command fails with blockdev.ErrTimeout
-	// (default 30 s).
-	IOTimeout time.Duration
-	// DialTimeout bounds one connection attempt (default 5 s).
-	DialTimeout time.Duration
-	// ReconnectDelay is the first delay between reconnection attempts after
-	// a lost connection; it doubles up to 5 s (default 100 ms).
-	ReconnectDelay time.Duration
-	// CtrlLossTimeout: after a connection loss, I/O waits for a reconnect
-	// this long, then fails; the controller keeps trying to reconnect in
-	// the background (default 10 s). Negative: fail at once.
-	CtrlLossTimeout time.Duration
-	// Logger receives connection events (default: discard).
-	Logger *slog.Logger
-	// Dialer opens TCP connections (default net.Dialer).
-	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
-	// DHCHAPSecret is this host's DH-HMAC-CHAP secret (DHHC-1:..., see
-	// auth.go); used on every queue whose Connect response asks for
-	// authentication. DHCHAPCtrlSecret, when set, makes the controller
-	// prove its own secret too (bidirectional).
-	DHCHAPSecret     string
-	DHCHAPCtrlSecret string
-	// OnAEN is called (from the controller's event goroutine) for every
-	// asynchronous event, after the host handled it itself (e.g. re-read the
-	// ANA log).
-	OnAEN func(AEN)
-	// Now and After are the clock of the command quiesce wait (see
-	// docs/FABRIC.md, "Command lifetime"); default time.Now and
-	// time.After. Tests inject a fake.
-	Now   func() time.Time
-	After func(time.Duration) <-chan time.Time
-}
-
-func (o *Options) setDefaults() {
-	if o.HostID == ([16]byte{}) {
-		o.HostID = randomUUID()
-	}
-	if o.HostNQN == "" {
-		o.HostNQN = "nqn.2014-08.org.nvmexpress:uuid:" + uuidString(o.HostID)
-	}
-	if o.IOQueues == 0 {
-		o.IOQueues = min(4, runtime.GOMAXPROCS(0))
-	}
-	if o.IOQueues < 0 {
-		o.IOQueues = 0
-	}
-	if o.QueueDepth <= 0 {
-		o.QueueDepth = 128
-	}
-	if o.QueueDepth > 1024 {
-		o.QueueDepth = 1024
-	}
-	if o.KATO == 0 {
-		o.KATO = 10 * time.Second
-	}
-	if o.IOTimeout <= 0 {
-		o.IOTimeout = 30 * time.Second
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = 5 * time.Second
-	}
-	if o.ReconnectDelay <= 0 {
-		o.ReconnectDelay = 100 * time.Millisecond
-	}
-	if o.CtrlLossTimeout == 0 {
-		o.CtrlLossTimeout = 10 * time.Second
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Dialer == nil {
-		d := &net.Dialer{}
-		o.Dialer = d.DialContext
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.After == nil {
-		o.After = time.After
-	}
-}
-
-// AEN is an asynchronous event reported by the controller.
-type AEN struct {
-	Type    uint8 // nvme.AENType*
-	Info    uint8 // e.g. nvme.AENNoticeANAChange
-	LogPage uint8 // the log page that tells more
-}
-
-// StatusError is a command that completed with a non-zero NVMe status.
-type StatusError struct {
-	Op     string
-	Status nvme.Status
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("%s: NVMe status %#x (%v)", e.Op, uint16(e.Status.Code()), e.Status)
-}
-
-// Is maps NVMe statuses onto the blockdev sentinels: a reservation conflict
-// and a command aborted because another host preempted-and-aborted us are
-// ErrFenced; LBA out of range is ErrOutOfRange; every other status is ErrIO.
-func (e *StatusError) Is(target error) bool {
-	fenced := e.Status.Code() == nvme.StatusReservationConflict || e.Status.Code() == nvme.StatusPreemptAbort
-	switch target {
-	case blockdev.ErrFenced:
-		return fenced
-	case blockdev.ErrOutOfRange:
-		return e.Status.Code() == nvme.StatusLBARange || e.Status.Code() == nvme.StatusCapacityExceeded
-	case blockdev.ErrIO:
-		return !fenced
-	}
-	return false
-}
-
-// IsPathError reports whether err is an NVMe path status (ANA inaccessible,
-// transition, persistent loss) or a lost connection: errors that a
-// multipath host retries on another path.
-func IsPathError(err error) bool {
-	var se *StatusError
-	if errors.As(err, &se) {
-		return se.Status.IsPathError()
-	}
-	return errors.Is(err, errConnLost) || errors.Is(err, errCtrlDown)
-}
-
-var (
-	errCtrlDown = errors.New("controller not connected")
-	errClosed   = fmt.Errorf("controller closed: %w", blockdev.ErrClosed)
 )
 
 // assoc is one association with the controller: the admin queue and the
@@ -634,122 +460,6 @@ func (c *Controller) now() (*assoc, error) {
 	return c.cur, nil
 }
 
-// fabricsConnect sends Connect on q and returns the controller ID.
-func (c *Controller) fabricsConnect(q *queue, qid, sqsize uint16, kato uint32, cntlid uint16) (uint16, error) {
-	d := nvme.ConnectData{HostID: c.opts.HostID, CntlID: cntlid, SubNQN: c.opts.SubNQN, HostNQN: c.opts.HostNQN}
-	data := d.Append(make([]byte, 0, nvme.ConnectDataLen))
-	sqe := nvme.ConnectCmd{QID: qid, SQSize: sqsize, KATO: kato}.SQE(0)
-	inl := q.inlineMax
-	q.inlineMax = nvme.ConnectDataLen
-	cqe, err := q.submit(&cmd{sqe: sqe, wdata: data})
-	q.inlineMax = inl
-	if err != nil {
-		return 0, fmt.Errorf("connect queue %d to %s: %w", qid, c.addr, err)
-	}
-	if !cqe.Status.OK() {
-		return 0, fmt.Errorf("controller %s refused connect of queue %d (subsystem %q, host %q): %w", c.addr, qid, c.opts.SubNQN, c.opts.HostNQN,
-			&StatusError{Op: "connect", Status: cqe.Status})
-	}
-	if cqe.DW0()&nvme.ConnectAuthReqATR != 0 {
-		if err := c.authenticate(q, qid); err != nil {
-			return 0, err
-		}
-	}
-	return uint16(cqe.DW0()), nil
-}
-
-func (c *Controller) propGet(q *queue, off uint32, size8 bool) (uint64, error) {
-	cqe, err := q.submit(&cmd{sqe: nvme.PropertyCmd{Offset: off, Size8: size8}.SQE(0, false)})
-	if err != nil {
-		return 0, err
-	}
-	if !cqe.Status.OK() {
-		return 0, &StatusError{Op: fmt.Sprintf("property get %#x", off), Status: cqe.Status}
-	}
-	if size8 {
-		return cqe.Result, nil
-	}
-	return uint64(cqe.DW0()), nil
-}
-
-func (c *Controller) propSet(q *queue, off uint32, v uint64) error {
-	cqe, err := q.submit(&cmd{sqe: nvme.PropertyCmd{Offset: off, Value: v}.SQE(0, true)})
-	if err != nil {
-		return err
-	}
-	if !cqe.Status.OK() {
-		return &StatusError{Op: fmt.Sprintf("property set %#x", off), Status: cqe.Status}
-	}
-	return nil
-}
-
-func (c *Controller) adminRaw(q *queue, sqe nvme.SQE, w, r []byte) (nvme.CQE, error) {
-	return q.submit(&cmd{sqe: sqe, wdata: w, rdata: r})
-}
-
-func (c *Controller) adminCmd(q *queue, op string, sqe nvme.SQE, w, r []byte) error {
-	cqe, err := c.adminRaw(q, sqe, w, r)
-	if err != nil {
-		return fmt.Errorf("%s on %s: %w", op, c.addr, err)
-	}
-	if !cqe.Status.OK() {
-		return &StatusError{Op: op, Status: cqe.Status}
-	}
-	return nil
-}
-
-// Admin runs an admin command on the current association (waiting for a
-// reconnect as I/O does). w is sent to the controller, r receives data.
-func (c *Controller) Admin(ctx context.Context, sqe nvme.SQE, w, r []byte) (nvme.CQE, error) {
-	a, err := c.current(ctx)
-	if err != nil {
-		return nvme.CQE{}, err
-	}
-	cqe, err := a.admin.submit(&cmd{sqe: sqe, wdata: w, rdata: r})
-	if err != nil {
-		return cqe, fmt.Errorf("admin command %#x on %s: %w: %w", sqe.Opcode, c.addr, err, blockdev.ErrIO)
-	}
-	return cqe, nil
-}
-
-// GetLogPage reads len(buf) bytes (a multiple of 4) of log page lid.
-func (c *Controller) GetLogPage(ctx context.Context, lid, lsp uint8, nsid uint32, off uint64, buf []byte) error {
-	cqe, err := c.Admin(ctx, nvme.GetLogPageCmd{LID: lid, LSP: lsp, Len: uint32(len(buf)), Offset: off, NSID: nsid}.SQE(0), nil, buf)
-	if err != nil {
-		return err
-	}
-	if !cqe.Status.OK() {
-		return &StatusError{Op: fmt.Sprintf("get log page %#x", lid), Status: cqe.Status}
-	}
-	return nil
-}
-
-// IdentifyNamespace returns the Identify Namespace data of nsid.
-func (c *Controller) IdentifyNamespace(ctx context.Context, nsid uint32) (nvme.IdentifyNamespace, error) {
-	buf := make([]byte, nvme.IdentifyLen)
-	cqe, err := c.Admin(ctx, nvme.IdentifyCmd{CNS: nvme.CNSNamespace, NSID: nsid}.SQE(0), nil, buf)
-	if err != nil {
-		return nvme.IdentifyNamespace{}, err
-	}
-	if !cqe.Status.OK() {
-		return nvme.IdentifyNamespace{}, &StatusError{Op: fmt.Sprintf("identify namespace %d", nsid), Status: cqe.Status}
-	}
-	return nvme.ParseIdentifyNamespace(buf)
-}
-
-// ActiveNamespaces lists the active namespace IDs.
-func (c *Controller) ActiveNamespaces(ctx context.Context) ([]uint32, error) {
-	buf := make([]byte, nvme.IdentifyLen)
-	cqe, err := c.Admin(ctx, nvme.IdentifyCmd{CNS: nvme.CNSActiveNSList}.SQE(0), nil, buf)
-	if err != nil {
-		return nil, err
-	}
-	if !cqe.Status.OK() {
-		return nil, &StatusError{Op: "identify active namespace list", Status: cqe.Status}
-	}
-	return nvme.ParseNSList(buf)
-}
-
 // ioQueue picks an I/O queue of a round robin.
 func (a *assoc) ioQueue(c *Controller) (*queue, error) {
 	if len(a.io) == 0 {
@@ -793,21 +503,6 @@ func (c *Controller) waitQuiesced(a *assoc, cancel <-chan struct{}) error {
 		return errClosed
 	}
 }
-
-// lostError is the error of a modifying command that was sent on an
-// association that was then lost: the controller may still execute it
-// until the association is quiesced, so it must not be sent anywhere else
-// before (Multipath waits with wait).
-type lostError struct {
-	err error
-	c   *Controller
-	a   *assoc
-}
-
-func (e *lostError) Error() string { return e.err.Error() }
-func (e *lostError) Unwrap() error { return e.err }
-
-func (e *lostError) wait(cancel <-chan struct{}) error { return e.c.waitQuiesced(e.a, cancel) }
 
 // modifies reports whether a command changes the namespace or its
 // reservation, i.e. must not run after its retry.
@@ -877,14 +572,4 @@ func (c *Controller) io(op string, sqe nvme.SQE, w, r []byte, flags int) (nvme.C
 			}
 		}
 	}
-}
-
-func ioErrKind(err error) error {
-	switch {
-	case errors.Is(err, blockdev.ErrClosed):
-		return blockdev.ErrClosed
-	case errors.Is(err, blockdev.ErrTimeout):
-		return blockdev.ErrTimeout
-	}
-	return blockdev.ErrIO
 }

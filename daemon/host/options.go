@@ -1,0 +1,109 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"runtime"
+	"time"
+)
+
+// Options configure a controller connection. Zero values take the defaults
+// named on each field.
+type Options struct {
+	SubNQN  string   // subsystem to connect to (required)
+	HostNQN string   // this host's NQN (default: derived from HostID)
+	HostID  [16]byte // this host's ID; reservations are keyed by it (default: random)
+	// IOQueues is the number of I/O queues (connections), default
+	// min(4, GOMAXPROCS); 0 I/O queues is allowed only for discovery.
+	IOQueues int
+	// QueueDepth is the number of commands in flight per I/O queue
+	// (default 128).
+	QueueDepth   int
+	HeaderDigest bool // CRC32C header digests
+	DataDigest   bool // CRC32C data digests
+	// KATO is the keep-alive timeout given to the controller (default 10 s);
+	// the host sends Keep Alive every KATO/2. Negative disables keep-alive.
+	KATO time.Duration
+	// IOTimeout: a command outstanding longer than this tears the
+	// connection down and the command fails with blockdev.ErrTimeout
+	// (default 30 s).
+	IOTimeout time.Duration
+	// DialTimeout bounds one connection attempt (default 5 s).
+	DialTimeout time.Duration
+	// ReconnectDelay is the first delay between reconnection attempts after
+	// a lost connection; it doubles up to 5 s (default 100 ms).
+	ReconnectDelay time.Duration
+	// CtrlLossTimeout: after a connection loss, I/O waits for a reconnect
+	// this long, then fails; the controller keeps trying to reconnect in
+	// the background (default 10 s). Negative: fail at once.
+	CtrlLossTimeout time.Duration
+	// Logger receives connection events (default: discard).
+	Logger *slog.Logger
+	// Dialer opens TCP connections (default net.Dialer).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DHCHAPSecret is this host's DH-HMAC-CHAP secret (DHHC-1:..., see
+	// auth.go); used on every queue whose Connect response asks for
+	// authentication. DHCHAPCtrlSecret, when set, makes the controller
+	// prove its own secret too (bidirectional).
+	DHCHAPSecret     string
+	DHCHAPCtrlSecret string
+	// OnAEN is called (from the controller's event goroutine) for every
+	// asynchronous event, after the host handled it itself (e.g. re-read the
+	// ANA log).
+	OnAEN func(AEN)
+	// Now and After are the clock of the command quiesce wait (see
+	// docs/FABRIC.md, "Command lifetime"); default time.Now and
+	// time.After. Tests inject a fake.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.HostID == ([16]byte{}) {
+		o.HostID = randomUUID()
+	}
+	if o.HostNQN == "" {
+		o.HostNQN = "nqn.2014-08.org.nvmexpress:uuid:" + uuidString(o.HostID)
+	}
+	if o.IOQueues == 0 {
+		o.IOQueues = min(4, runtime.GOMAXPROCS(0))
+	}
+	if o.IOQueues < 0 {
+		o.IOQueues = 0
+	}
+	if o.QueueDepth <= 0 {
+		o.QueueDepth = 128
+	}
+	if o.QueueDepth > 1024 {
+		o.QueueDepth = 1024
+	}
+	if o.KATO == 0 {
+		o.KATO = 10 * time.Second
+	}
+	if o.IOTimeout <= 0 {
+		o.IOTimeout = 30 * time.Second
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.ReconnectDelay <= 0 {
+		o.ReconnectDelay = 100 * time.Millisecond
+	}
+	if o.CtrlLossTimeout == 0 {
+		o.CtrlLossTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Dialer == nil {
+		d := &net.Dialer{}
+		o.Dialer = d.DialContext
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.After == nil {
+		o.After = time.After
+	}
+}
