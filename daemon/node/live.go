@@ -74,7 +74,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 	info := store.NodeInfo{Node: n.me.Name, Domain: n.me.Domain, Drives: drives, API: n.me.AdvertiseAddr(n.me.API), Started: n.started}
 	fencedBefore := false
 	for ctx.Err() == nil {
-		live, err := n.st.Register(ctx, info, ttl, margin)
+		live, err := n.register(ctx, info, ttl, margin)
 		if err != nil {
 			n.log.Warn("lease registration failed; retrying", "err", err)
 			select {

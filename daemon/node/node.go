@@ -33,6 +33,7 @@ import (
 
 	"tier0/daemon/api"
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 	"tier0/daemon/config"
 	"tier0/daemon/slurm/drain"
 	"tier0/daemon/store"
@@ -57,6 +58,15 @@ type Options struct {
 	// JoinExisting starts this node's embedded etcd member as a new
 	// member of a running cluster (replacing a dead voting member).
 	JoinExisting bool
+	// Clock is the node's time (default the wall clock); the simulation
+	// gives a fake one.
+	Clock clock.Clock
+	// Store, when set, is the control plane to use instead of opening
+	// etcd per the site configuration (the simulation's in-memory store).
+	Store Store
+	// Fabric, when set, imports member drives instead of the backend
+	// NVMe/TCP fabric (the simulation's in-memory fabric).
+	Fabric Fabric
 }
 
 // Node is one running tier0d.
@@ -69,8 +79,8 @@ type Node struct {
 	drives   map[string]blockdev.Device // local drives by name
 	backend  *target.Target
 	frontend *target.Target
-	st       *store.Store
-	live     *store.Liveness
+	st       Store
+	live     Lease
 	api      *api.Server
 	metrics  *api.Metrics
 	drainer  *drain.Drainer
@@ -81,10 +91,10 @@ type Node struct {
 	// atomic so that self-fencing and every check of it take no lock.
 	fenced    atomic.Bool
 	fenceWhy  atomic.Pointer[string]
-	leaseGen  atomic.Uint64                  // counts lease registrations
-	lease     atomic.Pointer[store.Liveness] // the current lease, for the per-request check
-	bg        sync.WaitGroup                 // background reports and records (goBG)
-	arrayList []*served                      // the arrays in config order, fixed once the frontend started
+	leaseGen  atomic.Uint64  // counts lease registrations
+	lease     leaseSlot      // the current lease, for the per-request check
+	bg        sync.WaitGroup // background reports and records (goBG)
+	arrayList []*served      // the arrays in config order, fixed once the frontend started
 	started   time.Time
 	coord     bool   // this node is the coordinator now
 	lastView  string // last published cluster view, without its time
@@ -122,7 +132,7 @@ func New(opts Options) (*Node, error) {
 // Run starts every role of the node and blocks until ctx ends or a role
 // fails; it then stops everything it started.
 func (n *Node) Run(ctx context.Context) error {
-	n.started = time.Now()
+	n.started = n.clk().Now()
 	defer n.shutdown()
 	if err := n.openDrives(); err != nil {
 		return err
@@ -130,11 +140,15 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.startBackend(); err != nil {
 		return err
 	}
-	st, err := n.openStore(ctx)
-	if err != nil {
-		return err
+	if n.opts.Store != nil {
+		n.st = n.opts.Store
+	} else {
+		st, err := n.openStore(ctx)
+		if err != nil {
+			return err
+		}
+		n.st = st
 	}
-	n.st = st
 	if err := n.publishDrives(ctx); err != nil {
 		return err
 	}
