@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"tier0/bench"
 	"tier0/daemon/api"
 	"tier0/daemon/config"
+	"tier0/internal/testenv"
 )
 
 // fakeTier0CLI writes a stand-in for `tier0` that logs each hook it is
@@ -89,4 +91,62 @@ func TestSlurmCheckRunsTheRealHooks(t *testing.T) {
 	if c := r.res.Checks[0]; c.Status != bench.Fail || !strings.Contains(c.Reason, "prolog refused: daemon down") {
 		t.Errorf("refusing prolog: check = %+v; want fail with the hook's message", c)
 	}
+}
+
+// TestLocalSlurmRunsTheHooksThroughSlurmd: with LocalSlurm, and a site
+// whose slurm.enabled is false, the check starts a real Slurm on this
+// machine and passes only when slurmd itself ran the Prolog and Epilog of
+// a job on every node and each node's HealthCheckProgram (issue 17: make
+// demo never ran the hooks against a real Slurm).
+func TestLocalSlurmRunsTheHooksThroughSlurmd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Slurm; not in -short")
+	}
+	if why := localSlurmMissing(); why != "" {
+		testenv.Missing(t, "%s", why)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "report")
+	calls := filepath.Join(dir, "calls")
+	hookLog, jobLog := filepath.Join(out, "slurm", "hooks.log"), filepath.Join(out, "slurm", "jobs.log")
+	// A stand-in for tier0 that logs each call and writes what the real
+	// hooks write: the Prolog's and the health check's hook log lines,
+	// the Epilog's job record.
+	bin := filepath.Join(dir, "tier0")
+	script := fmt.Sprintf(`#!/bin/sh
+hook=$2; [ "$1" = --json ] && hook=$3
+echo "$hook node=$SLURMD_NODENAME job=$SLURM_JOB_ID" >> %s
+case $hook in
+prolog) echo "level=INFO msg=\"prolog: storage usable\" hook=prolog node=$SLURMD_NODENAME job=$SLURM_JOB_ID arrays=[]" >> %[2]s;;
+epilog) echo "{\"node\":\"$SLURMD_NODENAME\",\"job_id\":\"$SLURM_JOB_ID\"}" >> %[3]s;;
+healthcheck) echo "level=INFO msg=healthcheck hook=healthcheck node=$SLURMD_NODENAME verdict=healthy" >> %[2]s
+    echo '{"node":"x","verdict":"healthy","action":"keep","why":"healthy"}';;
+esac
+exit 0
+`, calls, hookLog, jobLog)
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := slurmRunner(t, bin)
+	r.cfg.Slurm = config.Slurm{Nodes: r.cfg.Slurm.Nodes} // not enabled in the site
+	r.o.OutDir, r.o.LocalSlurm = out, true
+	r.slurm()
+	c := r.res.Checks[0]
+	b, _ := os.ReadFile(calls)
+	if c.Status != bench.Pass || !strings.Contains(c.Reason, "local Slurm (slurmctld + 2 slurmd on this machine): job ") {
+		t.Fatalf("check = %+v; want pass through the local Slurm; hook calls:\n%s", c, b)
+	}
+	// slurmd's runs have a numeric Slurm job ID (validate's own runs use
+	// tier0-validate-PID).
+	for _, n := range []string{"A", "node2"} {
+		for _, hook := range []string{"prolog", "epilog"} {
+			if !regexp.MustCompile(`(?m)^` + hook + ` node=` + n + ` job=[0-9]+$`).Match(b) {
+				t.Errorf("slurmd ran no %s on %s:\n%s", hook, n, b)
+			}
+		}
+		if !regexp.MustCompile(`(?m)^healthcheck node=` + n + ` job=$`).Match(b) {
+			t.Errorf("slurmd ran no HealthCheckProgram on %s:\n%s", n, b)
+		}
+	}
+	t.Logf("check: %s", c.Reason)
 }

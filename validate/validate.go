@@ -92,6 +92,12 @@ type Options struct {
 	// Without them the victim's tier0d must run on this machine: it is
 	// found in /proc, killed by PID and restarted as it was.
 	KillCommand, StartCommand string
+	// LocalSlurm starts a throw-away Slurm on this machine (munged,
+	// slurmctld and one slurmd per node, 127.0.0.1 only) whose Prolog,
+	// Epilog and HealthCheckProgram are the tier0 hooks, for the "slurm
+	// hooks" check: a job runs on every node through it. Without Slurm's
+	// packages (or root) the check is not run, with the reason.
+	LocalSlurm bool
 	// Out receives the live checklist, the progress bar, the tables and the
 	// report location (default: discard).
 	Out io.Writer
