@@ -9,7 +9,6 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/config"
-	"tier0/daemon/host"
 	"tier0/daemon/nvme"
 	"tier0/daemon/raid"
 	"tier0/daemon/target"
@@ -31,8 +30,8 @@ type served struct {
 	mu        sync.Mutex // serializes tasks on this array
 	epoch     uint64     // ownership epoch the array runs under (0: not owned)
 	array     *raid.Array
-	members   []*host.Namespace // by role; nil where not imported
-	ctrls     []*host.Controller
+	members   []Member // by role; nil where not imported
+	ctrls     []MemberConn
 	pending   map[int]string // role -> "resync" or "rebuild" running
 	lastScrub time.Time      // when the periodic scrub last started (or the array started here)
 
@@ -350,7 +349,7 @@ func (s *served) setANA(st nvme.ANAState) error {
 	if s.ana == st {
 		return nil
 	}
-	if err := s.n.frontend.SetANAState(s.nqn, anaGroup, st); err != nil {
+	if err := s.n.setANAState(s.nqn, st); err != nil {
 		return fmt.Errorf("array %s: ANA state %v: %w", s.cfg.Name, st, err)
 	}
 	s.ana = st

@@ -98,7 +98,7 @@ func (e *SupersededError) Error() string {
 }
 
 // fenceMember is fenceNS for one member drive (errors name it).
-func (n *Node) fenceMember(ns *host.Namespace, drive string, key uint64) error {
+func (n *Node) fenceMember(ns Member, drive string, key uint64) error {
 	err := n.fenceNS(ns, key)
 	var se *SupersededError
 	if errors.As(err, &se) {
@@ -129,7 +129,7 @@ func (n *Node) nodeOfHost(id [16]byte) string {
 // array. Only an older holder is preempted and aborted. The backend target
 // enforces the same rule (EpochFencing), so a holder that changes between
 // the report and the preempt is never overtaken either.
-func (n *Node) fenceNS(ns *host.Namespace, key uint64) error {
+func (n *Node) fenceNS(ns Member, key uint64) error {
 	member := fmt.Sprintf("namespace %d", ns.NSID())
 	me := hostID(n.cfg, n.me.Name)
 	superseded := func(r nvme.Registrant) error {
@@ -205,8 +205,8 @@ func (n *Node) fenceNS(ns *host.Namespace, key uint64) error {
 func (s *served) importAll(ctx context.Context, key uint64, skip []string) (int, *SupersededError) {
 	n := s.n
 	if s.members == nil {
-		s.members = make([]*host.Namespace, len(s.cfg.Members))
-		s.ctrls = make([]*host.Controller, len(s.cfg.Members))
+		s.members = make([]Member, len(s.cfg.Members))
+		s.ctrls = make([]MemberConn, len(s.cfg.Members))
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -228,7 +228,7 @@ func (s *served) importAll(ctx context.Context, key uint64, skip []string) (int,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, ns, err := n.dialMember(ctx, s.cfg.Name, d)
+			c, ns, err := n.importMember(ctx, s.cfg.Name, d)
 			if err == nil {
 				if err = n.fenceMember(ns, d, key); err != nil {
 					c.Close()
@@ -726,7 +726,7 @@ func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
 		return
 	}
 	s.dropMember(i)
-	c, ns, err := n.dialMember(ctx, a.Array, a.Member)
+	c, ns, err := n.importMember(ctx, a.Array, a.Member)
 	if err == nil {
 		if err = n.fenceMember(ns, a.Member, s.epoch); err != nil {
 			c.Close()
