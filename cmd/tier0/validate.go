@@ -107,6 +107,7 @@ failover story did not run), 130 interrupted. docs/VALIDATE.md has the details.`
 	f.BoolVar(&o.SkipFailover, "skip-failover", false, "without --local: leave the failover story out on purpose (its checks are not run; exit 0 is possible)")
 	f.StringVar(&o.KillCommand, "kill-command", "", "with --allow-disruptive: shell command that kill -9s tier0d of $TIER0_NODE (at $TIER0_NODE_ADDR); default: find it on this machine")
 	f.StringVar(&o.StartCommand, "start-command", "", "with --allow-disruptive: shell command that starts tier0d of $TIER0_NODE again; default: restart the killed local process as it was")
+	f.BoolVar(&o.LocalSlurm, "local-slurm", false, "start a throw-away Slurm on this machine (munged, slurmctld, one slurmd per node) whose Prolog, Epilog and HealthCheckProgram are the tier0 hooks, for the slurm hooks check (needs root and Slurm's packages; else the check is not run)")
 	f.StringVar(&logLevel, "log-level", "warn", "log level of validate's own log on stderr: debug, info, warn, error")
 	rootCmd.AddCommand(cmd)
 }
