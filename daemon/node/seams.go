@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -72,9 +73,13 @@ func (n *Node) register(ctx context.Context, info store.NodeInfo, ttl, margin ti
 	if r, ok := n.st.(LeaseRegistrar); ok {
 		return r.RegisterLease(ctx, info, ttl, margin)
 	}
-	l, err := n.st.(interface {
+	r, ok := n.st.(interface {
 		Register(context.Context, store.NodeInfo, time.Duration, time.Duration) (*store.Liveness, error)
-	}).Register(ctx, info, ttl, margin)
+	})
+	if !ok {
+		return nil, fmt.Errorf("node %s: the store (%T) registers no leases: give a *store.Store or a LeaseRegistrar", n.me.Name, n.st)
+	}
+	l, err := r.Register(ctx, info, ttl, margin)
 	if err != nil {
 		return nil, err
 	}
