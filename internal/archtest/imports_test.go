@@ -43,6 +43,10 @@ var allowed = map[string][]string{
 	"daemon/slurm/drain": {"daemon/slurm"},
 	// The daemon wires every daemon/ package, and nothing above daemon/.
 	"daemon/node": {"daemon/"},
+
+	// The simulation's in-memory store (reliability/sim).
+	"daemon/store/memstore": {"daemon/store", "daemon/clock"},
+
 	// Above the daemon.
 	"bench":                      {"daemon/blockdev", "daemon/host", "daemon/nvme", "daemon/config", "internal/version"},
 	"bench/...":                  {"bench", "daemon/", "internal/version"},
