@@ -31,6 +31,34 @@ const (
 	ONCSWriteZeroes  uint16 = 1 << 3
 	ONCSSaveFeatures uint16 = 1 << 4
 	ONCSReservations uint16 = 1 << 5
+	// ONCSSaveSelect is ONCSSaveFeatures: the bit also says that Get
+	// Features honours its Select field (current, default, saved,
+	// supported capabilities).
+	ONCSSaveSelect = ONCSSaveFeatures
+)
+
+// LPA bits (log page attributes).
+const (
+	LPASMARTPerNS  uint8 = 1 << 0
+	LPACmdEffects  uint8 = 1 << 1 // commands supported and effects log
+	LPAExtendedLog uint8 = 1 << 2 // NUMDU, offsets: extended Get Log Page data
+)
+
+// FeatNSWriteProtect is the Namespace Write Protection Config feature
+// (0x84, namespace specific).
+const FeatNSWriteProtect uint8 = 0x84
+
+// Get Features Select values (cdw10 bits 10:8) and the supported
+// capabilities bits returned in Dword 0 for FeatSelSupported.
+const (
+	FeatSelCurrent   uint8 = 0
+	FeatSelDefault   uint8 = 1
+	FeatSelSaved     uint8 = 2
+	FeatSelSupported uint8 = 3
+
+	FeatCapSaveable   uint32 = 1 << 0
+	FeatCapNSSpecific uint32 = 1 << 1
+	FeatCapChangeable uint32 = 1 << 2
 )
 
 // Controller types (CNTRLTYPE).

@@ -348,6 +348,11 @@ const (
 	ResvNotifRegPreempted  uint8 = 1
 	ResvNotifResvReleased  uint8 = 2
 	ResvNotifResvPreempted uint8 = 3
+
+	// AENIOResvLogAvail is the asynchronous event information of an
+	// I/O command specific event (AENTypeIOCmdSpec): a reservation
+	// notification log page is available.
+	AENIOResvLogAvail uint8 = 0x00
 )
 
 // ResvNotification is the reservation notification log page.
@@ -374,4 +379,34 @@ func ParseResvNotification(b []byte) (ResvNotification, error) {
 	}
 	le := binary.LittleEndian
 	return ResvNotification{LogPageCount: le.Uint64(b), Type: b[8], NumAvail: b[9], NSID: le.Uint32(b[12:])}, nil
+}
+
+// Commands Supported and Effects log page (LID 0x05): one dword per
+// admin opcode, then one per I/O opcode.
+const (
+	CmdEffectsLogLen = 4096
+
+	EffectCSUPP uint32 = 1 << 0 // command supported
+	EffectLBCC  uint32 = 1 << 1 // logical block content change
+	EffectNCC   uint32 = 1 << 2 // namespace capability change
+	EffectNIC   uint32 = 1 << 3 // namespace inventory change
+	EffectCCC   uint32 = 1 << 4 // controller capability change
+)
+
+// CmdEffectsLog is the commands supported and effects log page.
+type CmdEffectsLog struct {
+	Admin [256]uint32
+	IO    [256]uint32
+}
+
+// Append appends the 4096-byte page to b.
+func (l *CmdEffectsLog) Append(b []byte) []byte {
+	le := binary.LittleEndian
+	for _, v := range l.Admin {
+		b = le.AppendUint32(b, v)
+	}
+	for _, v := range l.IO {
+		b = le.AppendUint32(b, v)
+	}
+	return append(b, make([]byte, CmdEffectsLogLen-2048)...)
 }

@@ -323,15 +323,21 @@ func (t *Target) discoveryAdmin(r *request) nvme.Status {
 }
 
 // sendLog returns the part of page the Get Log Page command asks for.
+// Bytes past the end of the page read as zeroes, also when the offset
+// itself is past the end: libnvme (nvme-cli 2.3) reads the ANA log in
+// 4 KiB pieces up to the size the Identify maxima allow, far more than a
+// page with one group holds, and Linux nvmet answers every piece.
 func (r *request) sendLog(page []byte, g nvme.GetLogPageCmd) nvme.Status {
-	if g.Offset%4 != 0 || g.Offset > uint64(len(page)) {
+	if g.Offset%4 != 0 {
 		return nvme.StatusInvalidField | nvme.StatusDNR
 	}
 	if int64(g.Len) > int64(r.c.t.cfg.MaxDataTransfer) {
 		return nvme.StatusInvalidField | nvme.StatusDNR
 	}
 	out := make([]byte, g.Len)
-	copy(out, page[g.Offset:])
+	if g.Offset < uint64(len(page)) {
+		copy(out, page[g.Offset:])
+	}
 	r.sendData(out)
 	return nvme.StatusSuccess
 }
@@ -351,17 +357,127 @@ func (c *controller) asyncEvent(r *request) nvme.Status {
 	return statusParked
 }
 
+// featureInfo is what Get Features with Select default (1), saved (2) or
+// supported capabilities (3) returns for a feature: nothing is saveable,
+// so the saved value is the default.
+type featureInfo struct {
+	def  uint32
+	caps uint32
+}
+
+func (c *controller) featureInfo(fid uint8) (featureInfo, bool) {
+	switch fid {
+	case nvme.FeatArbitration, nvme.FeatPowerMgmt, nvme.FeatTempThreshold, nvme.FeatErrorRecovery,
+		nvme.FeatIRQCoalesce, nvme.FeatWriteAtomicity, nvme.FeatVolatileWC:
+		if c.sub.disc {
+			return featureInfo{}, false
+		}
+		if fid == nvme.FeatVolatileWC {
+			return featureInfo{def: 1}, true
+		}
+		return featureInfo{}, true
+	case nvme.FeatNumQueues:
+		if c.sub.disc {
+			return featureInfo{}, false
+		}
+		n := uint32(c.t.cfg.MaxIOQueues - 1)
+		return featureInfo{def: n | n<<16, caps: nvme.FeatCapChangeable}, true
+	case nvme.FeatKeepAlive, nvme.FeatAsyncEventCfg:
+		return featureInfo{caps: nvme.FeatCapChangeable}, true
+	case nvme.FeatHostID:
+		return featureInfo{}, !c.sub.disc
+	case nvme.FeatResvNotifMask:
+		return featureInfo{caps: nvme.FeatCapChangeable | nvme.FeatCapNSSpecific}, !c.sub.disc
+	case nvme.FeatResvPersistence:
+		m := c.sub.resvBackend.PTPL()
+		fi := featureInfo{caps: nvme.FeatCapNSSpecific}
+		if m == PTPLChangeable {
+			fi.caps |= nvme.FeatCapChangeable
+		}
+		if m != PTPLNone {
+			fi.def = 1
+		}
+		return fi, !c.sub.disc
+	case nvme.FeatNSWriteProtect:
+		return featureInfo{caps: nvme.FeatCapNSSpecific}, !c.sub.disc
+	}
+	return featureInfo{}, false
+}
+
+// featureNamespace checks the NSID of a namespace-specific feature: a
+// namespace of the subsystem, or 0 / all namespaces (nil).
+func (c *controller) featureNamespace(nsid uint32) (*namespace, nvme.Status) {
+	if nsid == 0 || nsid == 0xFFFFFFFF {
+		return nil, nvme.StatusSuccess
+	}
+	ns := c.sub.namespace(nsid)
+	if ns == nil {
+		return nil, nvme.StatusInvalidNS | nvme.StatusDNR
+	}
+	return ns, nvme.StatusSuccess
+}
+
 func (c *controller) features(r *request) nvme.Status {
 	s := &r.sqe
 	fid := uint8(s.CDW10)
 	set := s.Opcode == nvme.AdminSetFeatures
+	info, known := c.featureInfo(fid)
+	if !known {
+		return nvme.StatusInvalidField | nvme.StatusDNR
+	}
+	if set && s.CDW10&(1<<31) != 0 {
+		return nvme.StatusFeatureNotSaveable | nvme.StatusDNR
+	}
+	if !set {
+		switch sel := uint8(s.CDW10>>8) & 7; sel {
+		case nvme.FeatSelCurrent:
+		case nvme.FeatSelDefault, nvme.FeatSelSaved:
+			if fid == nvme.FeatHostID {
+				break // fixed at Connect: the current value is the only one
+			}
+			r.cqe.Result = uint64(info.def)
+			return nvme.StatusSuccess
+		case nvme.FeatSelSupported:
+			r.cqe.Result = uint64(info.caps)
+			return nvme.StatusSuccess
+		default:
+			return nvme.StatusInvalidField | nvme.StatusDNR
+		}
+	}
+	switch fid {
+	case nvme.FeatResvPersistence, nvme.FeatNSWriteProtect:
+		// namespace specific; handled without c.mu (the reservation
+		// takes its gate, and applying a reservation change takes c.mu)
+		ns, st := c.featureNamespace(s.NSID)
+		if !st.OK() {
+			return st
+		}
+		if fid == nvme.FeatNSWriteProtect {
+			if set && s.CDW11&7 != 0 {
+				return nvme.StatusFeatureNotChangable | nvme.StatusDNR
+			}
+			r.cqe.Result = 0 // no write protection
+			return nvme.StatusSuccess
+		}
+		if ns == nil {
+			if set {
+				return nvme.StatusInvalidNS | nvme.StatusDNR // one namespace at a time
+			}
+			r.cqe.Result = uint64(info.def)
+			return nvme.StatusSuccess
+		}
+		if set {
+			return ns.resv.setPTPL(c.t, c, s.CDW11&1 != 0)
+		}
+		if ns.resv.ptpl() {
+			r.cqe.Result = 1
+		}
+		return nvme.StatusSuccess
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch fid {
 	case nvme.FeatNumQueues:
-		if c.sub.disc {
-			return nvme.StatusInvalidField | nvme.StatusDNR
-		}
 		if set {
 			nsq, ncq := s.CDW11&0xFFFF, s.CDW11>>16
 			if nsq == 0xFFFF || ncq == 0xFFFF {
@@ -413,13 +529,6 @@ func (c *controller) features(r *request) nvme.Status {
 			c.resvMask = s.CDW11 & 0xE
 		}
 		r.cqe.Result = uint64(c.resvMask)
-	case nvme.FeatResvPersistence:
-		if set {
-			return nvme.StatusFeatureNotChangable | nvme.StatusDNR
-		}
-		if c.t.cfg.StateDir != "" {
-			r.cqe.Result = 1
-		}
 	default:
 		return nvme.StatusInvalidField | nvme.StatusDNR
 	}
@@ -430,7 +539,7 @@ func (t *Target) identifyController(c *controller) nvme.IdentifyController {
 	ic := nvme.IdentifyController{
 		SN: c.sub.serial, MN: c.sub.model, FR: firmwareRev, RAB: 6, CntlID: c.id, Ver: nvmeVersion,
 		MDTS: t.mdts, CTRATT: 1, // 128-bit host identifier
-		KAS: 1, LPA: 1 << 2, AERL: maxAERs - 1, ACL: 3, SQES: 0x66, CQES: 0x44, MaxCmd: uint16(t.cfg.MaxQueueDepth),
+		KAS: 1, LPA: nvme.LPAExtendedLog | nvme.LPACmdEffects, AERL: maxAERs - 1, ACL: 3, SQES: 0x66, CQES: 0x44, MaxCmd: uint16(t.cfg.MaxQueueDepth),
 		SGLS: 1 | 1<<20, SubNQN: c.sub.nqn, IORCSZ: 1, MSDBD: 1,
 	}
 	if c.sub.disc {
@@ -446,7 +555,7 @@ func (t *Target) identifyController(c *controller) nvme.IdentifyController {
 	ic.ANACAP = nvme.ANACAPOptimized | nvme.ANACAPNonOptimized | nvme.ANACAPInaccessible | nvme.ANACAPPersistentLoss | nvme.ANACAPChange
 	ic.ANAGRPMAX, ic.NANAGRPID = maxANAGroups, maxANAGroups
 	ic.NN, ic.MNAN = maxNamespaces, maxNamespaces
-	ic.ONCS = nvme.ONCSDSM | nvme.ONCSWriteZeroes | nvme.ONCSReservations
+	ic.ONCS = nvme.ONCSDSM | nvme.ONCSWriteZeroes | nvme.ONCSReservations | nvme.ONCSSaveSelect
 	ic.VWC = 1
 	ic.IOCCSZ = uint32((nvme.SQELen + t.cfg.InlineDataSize) / 16)
 	ic.CQT = t.cqtMillis()
@@ -521,10 +630,14 @@ func (ns *namespace) identify() nvme.IdentifyNamespace {
 	for b := ns.bs; b > 1; b >>= 1 {
 		lbads++
 	}
+	rescap := nvme.RescapWriteExcl | nvme.RescapExclAccess | nvme.RescapWriteExclRO | nvme.RescapExclAccessRO |
+		nvme.RescapWriteExclAR | nvme.RescapExclAccessAR | nvme.RescapIEKey
+	if ns.sub.resvBackend.PTPL() != PTPLNone {
+		rescap |= nvme.RescapPTPL
+	}
 	return nvme.IdentifyNamespace{
 		NSZE: nb, NCAP: nb, NUSE: nb, NMIC: nvme.NMICShared,
-		RESCAP: nvme.RescapWriteExcl | nvme.RescapExclAccess | nvme.RescapWriteExclRO | nvme.RescapExclAccessRO |
-			nvme.RescapWriteExclAR | nvme.RescapExclAccessAR,
+		RESCAP: rescap,
 		DLFEAT: nvme.DLFEATReadZeroes | nvme.DLFEATWZDeac, ANAGRPID: ns.group,
 		NGUID: ns.nguid, EUI64: ns.eui64, LBAF: []nvme.LBAFormat{{LBADS: lbads}},
 	}
@@ -536,7 +649,7 @@ func (t *Target) getLogPage(r *request) nvme.Status {
 	switch g.LID {
 	case nvme.LogSupportedPages:
 		page := make([]byte, 1024)
-		for _, lid := range []uint8{nvme.LogSupportedPages, nvme.LogError, nvme.LogSMART, nvme.LogFWSlot, nvme.LogChangedNSList, nvme.LogANA, nvme.LogResvNotification} {
+		for _, lid := range []uint8{nvme.LogSupportedPages, nvme.LogError, nvme.LogSMART, nvme.LogFWSlot, nvme.LogChangedNSList, nvme.LogCmdEffects, nvme.LogANA, nvme.LogResvNotification} {
 			page[4*int(lid)] = 1 // LSUPP
 		}
 		return r.sendLog(page, g)
@@ -561,15 +674,34 @@ func (t *Target) getLogPage(r *request) nvme.Status {
 			binary.LittleEndian.PutUint32(page[4*i:], id)
 		}
 		return r.sendLog(page, g)
+	case nvme.LogCmdEffects:
+		return r.sendLog(cmdEffects.Append(nil), g)
 	case nvme.LogANA:
 		l := c.sub.anaLog()
 		rgo := g.LSP&nvme.LogANALSPGroupsOnly != 0
 		return r.sendLog(l.Append(nil, rgo), g)
 	case nvme.LogResvNotification:
-		return r.sendLog(make([]byte, nvme.ResvNotifLogLen), g)
+		return r.sendLog(c.readResvLog(g.RAE), g)
 	}
 	return nvme.StatusInvalidLogPage | nvme.StatusDNR
 }
+
+// cmdEffects lists the commands the target executes (the Commands
+// Supported and Effects log): fabrics commands are not listed.
+var cmdEffects = func() nvme.CmdEffectsLog {
+	var l nvme.CmdEffectsLog
+	for _, op := range []uint8{nvme.AdminGetLogPage, nvme.AdminIdentify, nvme.AdminAbort, nvme.AdminSetFeatures,
+		nvme.AdminGetFeatures, nvme.AdminAsyncEvent, nvme.AdminKeepAlive} {
+		l.Admin[op] = nvme.EffectCSUPP
+	}
+	for _, op := range []uint8{nvme.CmdFlush, nvme.CmdRead, nvme.CmdResvRegister, nvme.CmdResvReport, nvme.CmdResvAcquire, nvme.CmdResvRelease} {
+		l.IO[op] = nvme.EffectCSUPP
+	}
+	for _, op := range []uint8{nvme.CmdWrite, nvme.CmdWriteZeroes, nvme.CmdDSM} {
+		l.IO[op] = nvme.EffectCSUPP | nvme.EffectLBCC
+	}
+	return l
+}()
 
 func (s *subsystem) smart(nsid uint32) []byte {
 	var l nvme.SMARTLog

@@ -14,27 +14,102 @@ import (
 	"tier0/daemon/nvme"
 )
 
-// reservation is the reservation state of one namespace. gate orders
-// commands against reservation changes: I/O holds it shared from the
-// access check until the device operation returns; Register, Acquire and
-// Release hold it exclusively, so a preempt (and abort) returns only after
-// every command admitted under the old state has finished.
-type reservation struct {
-	gate  sync.RWMutex
-	path  string // persistence file, "" for memory only
-	state resvState
+// ReservationState is the reservation state of one namespace: what a
+// ReservationBackend stores. Every target that serves the namespace (every
+// path of a multipath namespace) must see the same one; the NVMe
+// reservation is the subsystem's, not a controller's.
+type ReservationState struct {
+	Generation  uint32
+	Type        nvme.ResvType
+	Holder      [16]byte // host ID of the holder; valid while Held
+	Held        bool
+	Registrants map[[16]byte]uint64 // host ID -> reservation key
+	// PTPL is the namespace's Persist Through Power Loss state.
+	PTPL bool
+	// Version orders the stored states (a backend's revision); 0: never
+	// stored. A target applies a state only if it is newer than its own.
+	Version int64
+	// Cause is the command that produced the state; a target applying a
+	// state made through another target derives the hosts' reservation
+	// notifications from it.
+	Cause ReservationCause
 }
 
-type resvState struct {
-	Gen     uint32              `json:"generation"`
-	Type    nvme.ResvType       `json:"type"`
-	Holder  [16]byte            `json:"-"`
-	Held    bool                `json:"-"`
-	Regs    map[[16]byte]uint64 `json:"-"`
-	SubNQN  string              `json:"subnqn"`
-	NSID    uint32              `json:"nsid"`
-	HolderS string              `json:"holder,omitempty"`
-	RegsS   []resvReg           `json:"registrants"`
+// ReservationCause names the reservation command that made a state.
+type ReservationCause struct {
+	Opcode uint8
+	Action uint8
+	Host   [16]byte
+}
+
+func (s ReservationState) clone() ReservationState {
+	n := s
+	n.Registrants = make(map[[16]byte]uint64, len(s.Registrants))
+	for k, v := range s.Registrants {
+		n.Registrants[k] = v
+	}
+	return n
+}
+
+// PTPLMode says what a ReservationBackend keeps through a power loss
+// (a restart) of the target.
+type PTPLMode uint8
+
+const (
+	// PTPLNone: the state is lost with the target (memory only). PTPLS
+	// is not advertised; setting PTPL fails with Invalid Field.
+	PTPLNone PTPLMode = iota
+	// PTPLChangeable: the state survives a restart while the namespace's
+	// PTPL state is set (the default); with it cleared (Register CPTPL
+	// 10b, Set Features 0x83) a restart drops reservations and
+	// registrants.
+	PTPLChangeable
+	// PTPLAlways: the state always survives (a cluster store); clearing
+	// PTPL fails with Invalid Field.
+	PTPLAlways
+)
+
+// ReservationBackend stores the reservation state of namespaces. The
+// default (SubsystemConfig.Reservations nil) keeps it in memory, and with
+// Config.StateDir in a file per namespace; a cluster supplies one shared by
+// every node that serves the namespace (daemon/node: etcd), and tells each
+// target of changes made elsewhere with Target.ApplyReservation.
+type ReservationBackend interface {
+	// Load returns the namespace's current state: the zero state with
+	// Version 0 (and the backend's default PTPL) when none is stored.
+	Load(subnqn string, nsid uint32) (ReservationState, error)
+	// Store replaces the stored state with next if the stored one is
+	// still prev (same Version): atomically, and durably before it
+	// returns. It returns next with its new Version. When another change
+	// came first it returns an error wrapping a *StaleReservationError
+	// with the current state; the target then decides again. A command
+	// completes only after Store returned: any other error fails it.
+	Store(subnqn string, nsid uint32, prev, next ReservationState) (ReservationState, error)
+	// PTPL says what survives a power loss.
+	PTPL() PTPLMode
+}
+
+// StaleReservationError is returned by ReservationBackend.Store when the
+// stored state is no longer the one the change was decided on.
+type StaleReservationError struct {
+	Current ReservationState
+}
+
+func (e *StaleReservationError) Error() string {
+	return fmt.Sprintf("reservation state changed meanwhile (version %d stored); decide again on it", e.Current.Version)
+}
+
+// resvJSON is the stored form of a ReservationState (the file backend's,
+// and the one cluster backends use through MarshalJSON).
+type resvJSON struct {
+	Generation  uint32        `json:"generation"`
+	Type        nvme.ResvType `json:"type"`
+	SubNQN      string        `json:"subnqn,omitempty"`
+	NSID        uint32        `json:"nsid,omitempty"`
+	Holder      string        `json:"holder,omitempty"`
+	Registrants []resvReg     `json:"registrants"`
+	PTPL        *bool         `json:"ptpl,omitempty"` // absent (files before it existed): set
+	Cause       *causeJSON    `json:"cause,omitempty"`
 }
 
 type resvReg struct {
@@ -42,13 +117,108 @@ type resvReg struct {
 	Key    uint64 `json:"key"`
 }
 
-func (s resvState) clone() resvState {
-	n := s
-	n.Regs = make(map[[16]byte]uint64, len(s.Regs))
-	for k, v := range s.Regs {
-		n.Regs[k] = v
+type causeJSON struct {
+	Opcode uint8  `json:"op"`
+	Action uint8  `json:"action"`
+	Host   string `json:"host"`
+}
+
+func (s ReservationState) toJSON() resvJSON {
+	j := resvJSON{Generation: s.Generation, Type: s.Type, Registrants: []resvReg{}}
+	for id, k := range s.Registrants {
+		j.Registrants = append(j.Registrants, resvReg{HostID: hex.EncodeToString(id[:]), Key: k})
 	}
-	return n
+	slices.SortFunc(j.Registrants, func(a, b resvReg) int {
+		if a.HostID < b.HostID {
+			return -1
+		}
+		return 1
+	})
+	if s.Held {
+		j.Holder = hex.EncodeToString(s.Holder[:])
+	}
+	p := s.PTPL
+	j.PTPL = &p
+	if s.Cause.Opcode != 0 {
+		j.Cause = &causeJSON{Opcode: s.Cause.Opcode, Action: s.Cause.Action, Host: hex.EncodeToString(s.Cause.Host[:])}
+	}
+	return j
+}
+
+func parseHostID(s string) ([16]byte, error) {
+	var id [16]byte
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 16 {
+		return id, fmt.Errorf("host ID %q is not 32 hex digits: %w", s, ErrInvalid)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+func (j resvJSON) state() (ReservationState, error) {
+	st := ReservationState{Generation: j.Generation, Type: j.Type, Registrants: map[[16]byte]uint64{}, PTPL: j.PTPL == nil || *j.PTPL}
+	for _, g := range j.Registrants {
+		id, err := parseHostID(g.HostID)
+		if err != nil {
+			return st, err
+		}
+		st.Registrants[id] = g.Key
+	}
+	if j.Holder != "" {
+		id, err := parseHostID(j.Holder)
+		if err != nil {
+			return st, err
+		}
+		st.Holder, st.Held = id, true
+	}
+	if st.Type != nvme.ResvNone && !st.Type.Valid() {
+		return st, fmt.Errorf("reservation type %d invalid: %w", st.Type, ErrInvalid)
+	}
+	if j.Cause != nil {
+		id, err := parseHostID(j.Cause.Host)
+		if err != nil {
+			return st, err
+		}
+		st.Cause = ReservationCause{Opcode: j.Cause.Opcode, Action: j.Cause.Action, Host: id}
+	}
+	return st, nil
+}
+
+// MarshalJSON encodes the state (without Version, which is the store's).
+func (s ReservationState) MarshalJSON() ([]byte, error) { return json.Marshal(s.toJSON()) }
+
+// UnmarshalJSON decodes what MarshalJSON wrote (Version is left 0).
+func (s *ReservationState) UnmarshalJSON(b []byte) error {
+	var j resvJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	st, err := j.state()
+	if err != nil {
+		return err
+	}
+	*s = st
+	return nil
+}
+
+// fileBackend is the default backend: memory, and with a directory one
+// file per namespace written atomically (temp file, fsync, rename, fsync
+// dir) before a command completes.
+type fileBackend struct {
+	dir    string
+	mu     sync.Mutex
+	states map[string]ReservationState
+}
+
+func newFileBackend(dir string) *fileBackend {
+	return &fileBackend{dir: dir, states: map[string]ReservationState{}}
+}
+
+func (f *fileBackend) PTPL() PTPLMode {
+	if f.dir == "" {
+		return PTPLNone
+	}
+	return PTPLChangeable
 }
 
 func resvPath(dir, subnqn string, nsid uint32) string {
@@ -56,83 +226,77 @@ func resvPath(dir, subnqn string, nsid uint32) string {
 	return filepath.Join(dir, fmt.Sprintf("resv-%x-ns%d.json", h[:8], nsid))
 }
 
-// loadReservation reads a namespace's persisted reservation state, or
-// starts empty when there is none (or dir is "").
-func loadReservation(dir, subnqn string, nsid uint32) (*reservation, error) {
-	r := &reservation{state: resvState{Regs: map[[16]byte]uint64{}, SubNQN: subnqn, NSID: nsid}}
-	if dir == "" {
-		return r, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("reservation state dir %s: %w", dir, err)
-	}
-	r.path = resvPath(dir, subnqn, nsid)
-	b, err := os.ReadFile(r.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return r, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read reservation state: %w", err)
-	}
-	var st resvState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("reservation state %s is corrupt (%v); move it away to start with no reservation: %w", r.path, err, ErrInvalid)
-	}
-	st.Regs = map[[16]byte]uint64{}
-	parse := func(s string) ([16]byte, error) {
-		var id [16]byte
-		b, err := hex.DecodeString(s)
-		if err != nil || len(b) != 16 {
-			return id, fmt.Errorf("reservation state %s: host ID %q is not 32 hex digits: %w", r.path, s, ErrInvalid)
-		}
-		copy(id[:], b)
-		return id, nil
-	}
-	for _, g := range st.RegsS {
-		id, err := parse(g.HostID)
-		if err != nil {
-			return nil, err
-		}
-		st.Regs[id] = g.Key
-	}
-	if st.HolderS != "" {
-		if st.Holder, err = parse(st.HolderS); err != nil {
-			return nil, err
-		}
-		st.Held = true
-	}
-	if st.Type != nvme.ResvNone && !st.Type.Valid() {
-		return nil, fmt.Errorf("reservation state %s: type %d invalid: %w", r.path, st.Type, ErrInvalid)
-	}
-	st.SubNQN, st.NSID = subnqn, nsid
-	r.state = st
-	return r, nil
+func (f *fileBackend) key(subnqn string, nsid uint32) string {
+	return fmt.Sprintf("%s\x00%d", subnqn, nsid)
 }
 
-// save writes st atomically to the persistence file.
-func (r *reservation) save(st *resvState) error {
-	if r.path == "" {
-		return nil
+// Load reads a namespace's persisted state once; a state persisted with
+// PTPL cleared is dropped (the restart is the power loss).
+func (f *fileBackend) Load(subnqn string, nsid uint32) (ReservationState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := f.key(subnqn, nsid)
+	if st, ok := f.states[k]; ok {
+		return st.clone(), nil
 	}
-	st.RegsS = st.RegsS[:0]
-	for id, k := range st.Regs {
-		st.RegsS = append(st.RegsS, resvReg{HostID: hex.EncodeToString(id[:]), Key: k})
-	}
-	slices.SortFunc(st.RegsS, func(a, b resvReg) int {
-		if a.HostID < b.HostID {
-			return -1
+	st := ReservationState{Registrants: map[[16]byte]uint64{}, PTPL: f.dir != ""}
+	if f.dir != "" {
+		if err := os.MkdirAll(f.dir, 0o755); err != nil {
+			return st, fmt.Errorf("reservation state dir %s: %w", f.dir, err)
 		}
-		return 1
-	})
-	st.HolderS = ""
-	if st.Held {
-		st.HolderS = hex.EncodeToString(st.Holder[:])
+		path := resvPath(f.dir, subnqn, nsid)
+		b, err := os.ReadFile(path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return st, fmt.Errorf("read reservation state: %w", err)
+		default:
+			var j resvJSON
+			if err := json.Unmarshal(b, &j); err != nil {
+				return st, fmt.Errorf("reservation state %s is corrupt (%v); move it away to start with no reservation: %w", path, err, ErrInvalid)
+			}
+			loaded, err := j.state()
+			if err != nil {
+				return st, fmt.Errorf("reservation state %s: %w", path, err)
+			}
+			if loaded.PTPL {
+				st = loaded
+			} else {
+				st.PTPL = false // not persisted through the restart
+			}
+			st.Cause = ReservationCause{}
+			st.Version = 1
+		}
 	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
+	f.states[k] = st
+	return st.clone(), nil
+}
+
+func (f *fileBackend) Store(subnqn string, nsid uint32, prev, next ReservationState) (ReservationState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := f.key(subnqn, nsid)
+	if cur, ok := f.states[k]; ok && cur.Version != prev.Version {
+		return ReservationState{}, &StaleReservationError{Current: cur.clone()}
 	}
-	tmp := r.path + ".tmp"
+	next.Version = prev.Version + 1
+	if f.dir != "" {
+		j := next.toJSON()
+		j.SubNQN, j.NSID, j.Cause = subnqn, nsid, nil
+		b, err := json.MarshalIndent(j, "", "  ")
+		if err != nil {
+			return ReservationState{}, err
+		}
+		if err := writeAtomic(resvPath(f.dir, subnqn, nsid), b); err != nil {
+			return ReservationState{}, err
+		}
+	}
+	f.states[k] = next.clone()
+	return next, nil
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return err
@@ -147,22 +311,47 @@ func (r *reservation) save(st *resvState) error {
 		os.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, r.path); err != nil {
+	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(r.path)); err == nil {
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
 	return nil
 }
 
-func (s *resvState) isHolder(h [16]byte) bool {
+// reservation is the reservation state of one namespace as this target
+// applies it. gate orders commands against reservation changes: I/O holds
+// it shared from the access check until the device operation returns;
+// reservation commands (and applying a change made through another target)
+// hold it exclusively, so a preempt (and abort) returns only after every
+// command admitted under the old state has finished.
+type reservation struct {
+	gate    sync.RWMutex
+	ns      *namespace
+	backend ReservationBackend
+	state   ReservationState // under gate
+}
+
+// loadReservation reads a namespace's reservation state from its backend.
+func loadReservation(ns *namespace, b ReservationBackend) (*reservation, error) {
+	st, err := b.Load(ns.sub.nqn, ns.id)
+	if err != nil {
+		return nil, err
+	}
+	if st.Registrants == nil {
+		st.Registrants = map[[16]byte]uint64{}
+	}
+	return &reservation{ns: ns, backend: b, state: st}, nil
+}
+
+func (s *ReservationState) isHolder(h [16]byte) bool {
 	if s.Type == nvme.ResvNone {
 		return false
 	}
 	if s.Type.AllRegistrants() {
-		_, ok := s.Regs[h]
+		_, ok := s.Registrants[h]
 		return ok
 	}
 	return s.Held && s.Holder == h
@@ -175,8 +364,111 @@ func (r *reservation) allowsLocked(h [16]byte, write bool) bool {
 	if s.Type == nvme.ResvNone {
 		return true
 	}
-	_, reg := s.Regs[h]
+	_, reg := s.Registrants[h]
 	return s.Type.Allows(write, s.isHolder(h), reg)
+}
+
+// applyLocked makes st the namespace's state here and raises the
+// reservation notifications it means for this target's controllers.
+// gate must be held exclusively.
+func (r *reservation) applyLocked(st ReservationState) {
+	if st.Registrants == nil {
+		st.Registrants = map[[16]byte]uint64{}
+	}
+	old := r.state
+	r.state = st
+	notes := resvNotifications(&old, &st)
+	if len(notes) == 0 {
+		return
+	}
+	for _, c := range r.ns.sub.controllers() {
+		if t, ok := notes[c.hostID]; ok {
+			c.resvNotify(t, r.ns.id)
+		}
+	}
+}
+
+// refreshLocked applies the backend's current state if it is newer than
+// the one here (a change made through another target whose notice has not
+// arrived yet). gate must be held exclusively.
+func (r *reservation) refreshLocked(t *Target) nvme.Status {
+	cur, err := r.backend.Load(r.ns.sub.nqn, r.ns.id)
+	if err != nil {
+		t.warnLimited("resv-load:"+r.ns.sub.nqn, "reading the reservation state failed; the command is refused, the host may retry",
+			"subnqn", r.ns.sub.nqn, "nsid", r.ns.id, "err", err)
+		return nvme.StatusInternal
+	}
+	if cur.Version > r.state.Version {
+		r.applyLocked(cur)
+	}
+	return nvme.StatusSuccess
+}
+
+// change decides a reservation command on the current state with decide
+// and stores the result; on a lost race it decides again on the newer
+// state. It holds the gate exclusively throughout.
+func (r *reservation) change(t *Target, c *controller, op, action uint8, decide func(st *ReservationState) (nvme.Status, bool)) nvme.Status {
+	r.gate.Lock() // waits for every admitted command to finish
+	defer r.gate.Unlock()
+	if st := r.refreshLocked(t); !st.OK() {
+		return st
+	}
+	nqn, nsid := r.ns.sub.nqn, r.ns.id
+	for try := 0; try < 16; try++ {
+		st := r.state.clone()
+		status, changed := decide(&st)
+		if !status.OK() || !changed {
+			return status
+		}
+		st.Cause = ReservationCause{Opcode: op, Action: action, Host: c.hostID}
+		stored, err := r.backend.Store(nqn, nsid, r.state, st)
+		var stale *StaleReservationError
+		if errors.As(err, &stale) {
+			r.applyLocked(stale.Current)
+			continue
+		}
+		if err != nil {
+			t.log.Error("storing the reservation state failed; the change is refused", "subnqn", nqn, "nsid", nsid, "err", err)
+			return nvme.StatusInternal
+		}
+		r.applyLocked(stored)
+		t.log.Info("reservation changed", "subnqn", nqn, "nsid", nsid, "op", fmt.Sprintf("%#x/%d", op, action),
+			"type", stored.Type, "generation", stored.Generation, "registrants", len(stored.Registrants), "version", stored.Version, "cntlid", c.id)
+		return nvme.StatusSuccess
+	}
+	t.warnLimited("resv-contended:"+nqn, "reservation command lost 16 races with other paths; the host may retry", "subnqn", nqn, "nsid", nsid)
+	return nvme.StatusCmdInterrupted
+}
+
+// ptplAllowed reports whether the namespace's PTPL state may become on.
+func (r *reservation) ptplAllowed(on bool) bool {
+	switch r.backend.PTPL() {
+	case PTPLNone:
+		return !on
+	case PTPLAlways:
+		return on
+	}
+	return true
+}
+
+func (r *reservation) ptpl() bool {
+	r.gate.RLock()
+	defer r.gate.RUnlock()
+	return r.state.PTPL
+}
+
+// setPTPL executes Set Features Reservation Persistence.
+func (r *reservation) setPTPL(t *Target, c *controller, on bool) nvme.Status {
+	if !r.ptplAllowed(on) {
+		return nvme.StatusInvalidField | nvme.StatusDNR
+	}
+	return r.change(t, c, nvme.AdminSetFeatures, nvme.FeatResvPersistence, func(st *ReservationState) (nvme.Status, bool) {
+		if st.PTPL == on {
+			return nvme.StatusSuccess, false
+		}
+		st.PTPL = on
+		return nvme.StatusSuccess, true
+	})
 }
 
 // modify executes Register, Acquire or Release.
@@ -190,60 +482,133 @@ func (r *reservation) modify(t *Target, req *request, c *controller) nvme.Status
 		return nvme.StatusSGLInvalidData | nvme.StatusDNR
 	}
 	keys, _ := nvme.ParseResvKeys(req.data)
-	r.gate.Lock() // waits for every admitted command to finish
-	defer r.gate.Unlock()
-	st := r.state.clone()
+	op := req.sqe.Opcode
+	if op == nvme.CmdResvRegister && cmd.CPTPL >= 2 && !r.ptplAllowed(cmd.CPTPL == 3) {
+		return nvme.StatusInvalidField | nvme.StatusDNR
+	}
 	h := c.hostID
-	key, registered := st.Regs[h]
-	var status nvme.Status
-	changed := false
-	switch req.sqe.Opcode {
-	case nvme.CmdResvRegister:
-		if c.sub.epochFencing && !epochAllowsRegister(&st, cmd, keys, h, registered) {
-			t.warnLimited("epoch-fence:"+st.SubNQN, "reservation register refused: it would lower the holder's epoch key",
-				"subnqn", st.SubNQN, "nsid", st.NSID, "cntlid", c.id, "key", key, "new_key", keys.Key2)
-			return nvme.StatusReservationConflict | nvme.StatusDNR
-		}
-		status, changed = registerAction(&st, cmd, keys, h, key, registered)
-	case nvme.CmdResvAcquire:
-		if !registered || key != keys.CRKey {
-			return nvme.StatusReservationConflict | nvme.StatusDNR
-		}
-		if c.sub.epochFencing {
-			if newer, ok := epochAllowsPreempt(&st, cmd, keys, h); !ok {
-				t.warnLimited("epoch-fence:"+st.SubNQN, "reservation preempt refused: a host with a newer or equal epoch key holds or is registered",
-					"subnqn", st.SubNQN, "nsid", st.NSID, "cntlid", c.id, "key", keys.CRKey, "newer_key", newer)
-				return nvme.StatusReservationConflict | nvme.StatusDNR
+	return r.change(t, c, op, cmd.Action, func(st *ReservationState) (nvme.Status, bool) {
+		key, registered := st.Registrants[h]
+		nqn, nsid := r.ns.sub.nqn, r.ns.id
+		switch op {
+		case nvme.CmdResvRegister:
+			if c.sub.epochFencing && !epochAllowsRegister(st, cmd, keys, h, registered) {
+				t.warnLimited("epoch-fence:"+nqn, "reservation register refused: it would lower the holder's epoch key",
+					"subnqn", nqn, "nsid", nsid, "cntlid", c.id, "key", key, "new_key", keys.Key2)
+				return nvme.StatusReservationConflict | nvme.StatusDNR, false
 			}
-		}
-		status, changed = acquireAction(&st, cmd, keys, h)
-	case nvme.CmdResvRelease:
-		if !registered || key != keys.CRKey {
-			return nvme.StatusReservationConflict | nvme.StatusDNR
-		}
-		if c.sub.epochFencing && cmd.Action == nvme.ResvClear {
-			if newer, ok := maxOtherKey(&st, h); ok && newer >= keys.CRKey {
-				t.warnLimited("epoch-fence:"+st.SubNQN, "reservation clear refused: another host has a newer or equal epoch key",
-					"subnqn", st.SubNQN, "nsid", st.NSID, "cntlid", c.id, "key", keys.CRKey, "newer_key", newer)
-				return nvme.StatusReservationConflict | nvme.StatusDNR
+			status, changed := registerAction(st, cmd, keys, h, key, registered)
+			if status.OK() && cmd.CPTPL >= 2 && st.PTPL != (cmd.CPTPL == 3) {
+				st.PTPL = cmd.CPTPL == 3
+				changed = true
 			}
+			return status, changed
+		case nvme.CmdResvAcquire:
+			if !registered || key != keys.CRKey {
+				return nvme.StatusReservationConflict | nvme.StatusDNR, false
+			}
+			if c.sub.epochFencing {
+				if newer, ok := epochAllowsPreempt(st, cmd, keys, h); !ok {
+					t.warnLimited("epoch-fence:"+nqn, "reservation preempt refused: a host with a newer or equal epoch key holds or is registered",
+						"subnqn", nqn, "nsid", nsid, "cntlid", c.id, "key", keys.CRKey, "newer_key", newer)
+					return nvme.StatusReservationConflict | nvme.StatusDNR, false
+				}
+			}
+			return acquireAction(st, cmd, keys, h)
+		case nvme.CmdResvRelease:
+			if !registered || key != keys.CRKey {
+				return nvme.StatusReservationConflict | nvme.StatusDNR, false
+			}
+			if c.sub.epochFencing && cmd.Action == nvme.ResvClear {
+				if newer, ok := maxOtherKey(st, h); ok && newer >= keys.CRKey {
+					t.warnLimited("epoch-fence:"+nqn, "reservation clear refused: another host has a newer or equal epoch key",
+						"subnqn", nqn, "nsid", nsid, "cntlid", c.id, "key", keys.CRKey, "newer_key", newer)
+					return nvme.StatusReservationConflict | nvme.StatusDNR, false
+				}
+			}
+			return releaseAction(st, cmd, h)
 		}
-		status, changed = releaseAction(&st, cmd, h)
-	}
-	if !status.OK() || !changed {
-		return status
-	}
-	if err := r.save(&st); err != nil {
-		t.log.Error("persisting reservation state failed; the change is refused", "subnqn", st.SubNQN, "nsid", st.NSID, "path", r.path, "err", err)
-		return nvme.StatusInternal
-	}
-	r.state = st
-	t.log.Info("reservation changed", "subnqn", st.SubNQN, "nsid", st.NSID, "op", fmt.Sprintf("%#x/%d", req.sqe.Opcode, cmd.Action),
-		"type", st.Type, "generation", st.Gen, "registrants", len(st.Regs), "cntlid", c.id)
-	return nvme.StatusSuccess
+		return nvme.StatusInvalidOpcode | nvme.StatusDNR, false
+	})
 }
 
-func registerAction(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte, key uint64, registered bool) (nvme.Status, bool) {
+// resvNotifications are the reservation notifications, by host, that the
+// change from old to next raises (NVMe base spec, reservations): a
+// preempt tells the hosts whose registrations it removed (registration
+// preempted); a clear tells every other registrant (reservation
+// preempted); a release of a registrants-only or all-registrants
+// reservation tells the other registrants (reservation released).
+func resvNotifications(old, next *ReservationState) map[[16]byte]uint8 {
+	c := next.Cause
+	if c.Opcode == 0 || next.Version == old.Version {
+		return nil
+	}
+	out := map[[16]byte]uint8{}
+	switch {
+	case c.Opcode == nvme.CmdResvAcquire && (c.Action == nvme.ResvPreempt || c.Action == nvme.ResvPreemptAndAbort):
+		for h := range old.Registrants {
+			if _, ok := next.Registrants[h]; !ok && h != c.Host {
+				out[h] = nvme.ResvNotifRegPreempted
+			}
+		}
+	case c.Opcode == nvme.CmdResvRelease && c.Action == nvme.ResvClear:
+		for h := range old.Registrants {
+			if h != c.Host {
+				out[h] = nvme.ResvNotifResvPreempted
+			}
+		}
+	case c.Opcode == nvme.CmdResvRelease && c.Action == nvme.ResvRelease && old.Type >= nvme.ResvWriteExclusiveRO && next.Type == nvme.ResvNone:
+		for h := range next.Registrants {
+			if h != c.Host {
+				out[h] = nvme.ResvNotifResvReleased
+			}
+		}
+	}
+	return out
+}
+
+// ApplyReservation makes st the reservation state of a namespace on this
+// target if it is newer (Version) than the one here: a cluster's backend
+// calls it for each change made through another node. It returns once
+// every command admitted under the old state has finished, so a caller
+// that then acknowledges the change can promise that no command the new
+// state forbids still runs here.
+func (t *Target) ApplyReservation(subnqn string, nsid uint32, st ReservationState) error {
+	s, err := t.lookup(subnqn)
+	if err != nil {
+		return err
+	}
+	ns := s.namespace(nsid)
+	if ns == nil {
+		return fmt.Errorf("namespace %d of %s: %w", nsid, subnqn, ErrNotFound)
+	}
+	ns.resv.gate.Lock()
+	defer ns.resv.gate.Unlock()
+	if st.Version > ns.resv.state.Version {
+		ns.resv.applyLocked(st.clone())
+		t.log.Info("reservation applied", "subnqn", subnqn, "nsid", nsid, "type", st.Type, "generation", st.Generation,
+			"registrants", len(st.Registrants), "version", st.Version)
+	}
+	return nil
+}
+
+// Reservation returns a namespace's reservation state as this target
+// applies it.
+func (t *Target) Reservation(subnqn string, nsid uint32) (ReservationState, error) {
+	s, err := t.lookup(subnqn)
+	if err != nil {
+		return ReservationState{}, err
+	}
+	ns := s.namespace(nsid)
+	if ns == nil {
+		return ReservationState{}, fmt.Errorf("namespace %d of %s: %w", nsid, subnqn, ErrNotFound)
+	}
+	ns.resv.gate.RLock()
+	defer ns.resv.gate.RUnlock()
+	return ns.resv.state.clone(), nil
+}
+
+func registerAction(st *ReservationState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte, key uint64, registered bool) (nvme.Status, bool) {
 	if cmd.CPTPL == 1 {
 		return nvme.StatusInvalidField | nvme.StatusDNR, false
 	}
@@ -255,33 +620,33 @@ func registerAction(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]b
 			}
 			return nvme.StatusReservationConflict | nvme.StatusDNR, false
 		}
-		st.Regs[h] = keys.Key2
+		st.Registrants[h] = keys.Key2
 	case nvme.ResvUnregister:
 		if !registered || (!cmd.IEKey && key != keys.CRKey) {
 			return nvme.StatusReservationConflict | nvme.StatusDNR, false
 		}
 		wasHolder := st.isHolder(h)
-		delete(st.Regs, h)
-		if wasHolder && (!st.Type.AllRegistrants() || len(st.Regs) == 0) {
+		delete(st.Registrants, h)
+		if wasHolder && (!st.Type.AllRegistrants() || len(st.Registrants) == 0) {
 			st.Type, st.Held = nvme.ResvNone, false
 		}
 	case nvme.ResvReplace:
 		if !registered || (!cmd.IEKey && key != keys.CRKey) {
 			return nvme.StatusReservationConflict | nvme.StatusDNR, false
 		}
-		st.Regs[h] = keys.Key2
+		st.Registrants[h] = keys.Key2
 	default:
 		return nvme.StatusInvalidField | nvme.StatusDNR, false
 	}
-	st.Gen++
+	st.Generation++
 	return nvme.StatusSuccess, true
 }
 
 // maxOtherKey returns the largest key registered by a host other than self.
-func maxOtherKey(st *resvState, self [16]byte) (uint64, bool) {
+func maxOtherKey(st *ReservationState, self [16]byte) (uint64, bool) {
 	var m uint64
 	found := false
-	for id, k := range st.Regs {
+	for id, k := range st.Registrants {
 		if id != self && (!found || k > m) {
 			m, found = k, true
 		}
@@ -293,13 +658,13 @@ func maxOtherKey(st *resvState, self [16]byte) (uint64, bool) {
 // a Preempt or Preempt-and-Abort by h (whose key is keys.CRKey) must not
 // take the reservation from, or remove the registration of, another host
 // whose key is >= keys.CRKey. It returns the offending key when refused.
-func epochAllowsPreempt(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte) (uint64, bool) {
+func epochAllowsPreempt(st *ReservationState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte) (uint64, bool) {
 	if cmd.Action != nvme.ResvPreempt && cmd.Action != nvme.ResvPreemptAndAbort {
 		return 0, true
 	}
 	mine := keys.CRKey
 	if st.Type != nvme.ResvNone && !st.Type.AllRegistrants() && st.Held && st.Holder != h {
-		if hk := st.Regs[st.Holder]; hk >= mine {
+		if hk := st.Registrants[st.Holder]; hk >= mine {
 			return hk, false
 		}
 	}
@@ -311,7 +676,7 @@ func epochAllowsPreempt(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [
 		return 0, true
 	}
 	// removes the other registrants whose key is PRKEY
-	for id, k := range st.Regs {
+	for id, k := range st.Registrants {
 		if id != h && k == keys.Key2 && k >= mine {
 			return k, false
 		}
@@ -322,23 +687,23 @@ func epochAllowsPreempt(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [
 // epochAllowsRegister applies SubsystemConfig.EpochFencing to a Register:
 // the holder of the reservation may not replace its key with a lower one
 // (that would hand the reservation to an older epoch).
-func epochAllowsRegister(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte, registered bool) bool {
+func epochAllowsRegister(st *ReservationState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte, registered bool) bool {
 	if cmd.Action != nvme.ResvReplace || !registered || !st.isHolder(h) {
 		return true
 	}
-	return keys.Key2 >= st.Regs[h]
+	return keys.Key2 >= st.Registrants[h]
 }
 
 // removeKey unregisters every host except self whose key is k.
-func removeKey(st *resvState, k uint64, self [16]byte) {
-	for id, v := range st.Regs {
+func removeKey(st *ReservationState, k uint64, self [16]byte) {
+	for id, v := range st.Registrants {
 		if v == k && id != self {
-			delete(st.Regs, id)
+			delete(st.Registrants, id)
 		}
 	}
 }
 
-func acquireAction(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte) (nvme.Status, bool) {
+func acquireAction(st *ReservationState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]byte) (nvme.Status, bool) {
 	if !cmd.Type.Valid() {
 		return nvme.StatusInvalidField | nvme.StatusDNR, false
 	}
@@ -356,15 +721,15 @@ func acquireAction(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]by
 		pr := keys.Key2
 		switch {
 		case st.Type.AllRegistrants() && pr == 0:
-			for id := range st.Regs {
+			for id := range st.Registrants {
 				if id != h {
-					delete(st.Regs, id)
+					delete(st.Registrants, id)
 				}
 			}
 			st.Type, st.Holder, st.Held = cmd.Type, h, true
 		case st.Type.AllRegistrants():
 			removeKey(st, pr, h)
-		case st.Type != nvme.ResvNone && st.Held && st.Regs[st.Holder] == pr:
+		case st.Type != nvme.ResvNone && st.Held && st.Registrants[st.Holder] == pr:
 			removeKey(st, pr, h)
 			st.Type, st.Holder, st.Held = cmd.Type, h, true
 		default:
@@ -373,13 +738,13 @@ func acquireAction(st *resvState, cmd nvme.ResvCmd, keys nvme.ResvKeys, h [16]by
 			}
 			removeKey(st, pr, h)
 		}
-		st.Gen++
+		st.Generation++
 		return nvme.StatusSuccess, true
 	}
 	return nvme.StatusInvalidField | nvme.StatusDNR, false
 }
 
-func releaseAction(st *resvState, cmd nvme.ResvCmd, h [16]byte) (nvme.Status, bool) {
+func releaseAction(st *ReservationState, cmd nvme.ResvCmd, h [16]byte) (nvme.Status, bool) {
 	switch cmd.Action {
 	case nvme.ResvRelease:
 		if st.Type == nvme.ResvNone || !st.isHolder(h) {
@@ -392,14 +757,18 @@ func releaseAction(st *resvState, cmd nvme.ResvCmd, h [16]byte) (nvme.Status, bo
 		return nvme.StatusSuccess, true
 	case nvme.ResvClear:
 		st.Type, st.Held = nvme.ResvNone, false
-		clear(st.Regs)
-		st.Gen++
+		clear(st.Registrants)
+		st.Generation++
 		return nvme.StatusSuccess, true
 	}
 	return nvme.StatusInvalidField | nvme.StatusDNR, false
 }
 
-// report executes Reservation Report (extended data structure only).
+// report executes Reservation Report (extended data structure only). It
+// first catches up with the backend, so that every path reports the same.
+// The controller ID of every registrant is FFFFh: the subsystem uses the
+// dynamic controller model (and a host's controllers on other paths are
+// not this target's to name).
 func (r *reservation) report(req *request, c *controller) nvme.Status {
 	if req.sqe.CDW11&nvme.ResvReportEDS == 0 {
 		return nvme.StatusHostIDInconsistent | nvme.StatusDNR
@@ -408,21 +777,17 @@ func (r *reservation) report(req *request, c *controller) nvme.Status {
 	if n > uint64(c.t.cfg.MaxDataTransfer) {
 		return nvme.StatusInvalidField | nvme.StatusDNR
 	}
-	cntl := map[[16]byte]uint16{}
-	for _, o := range c.sub.controllers() {
-		cntl[o.hostID] = o.id
+	r.gate.Lock()
+	if st := r.refreshLocked(c.t); !st.OK() {
+		r.gate.Unlock()
+		return st
 	}
-	r.gate.RLock()
-	st := r.state
-	out := nvme.ResvStatus{Gen: st.Gen, Type: st.Type, PTPLS: r.path != ""}
-	for id, k := range st.Regs {
-		g := nvme.Registrant{CntlID: nvme.CntlIDDynamic, HostID: id, RKey: k, Holder: st.isHolder(id)}
-		if cid, ok := cntl[id]; ok {
-			g.CntlID = cid
-		}
-		out.Registrants = append(out.Registrants, g)
+	st := &r.state
+	out := nvme.ResvStatus{Gen: st.Generation, Type: st.Type, PTPLS: st.PTPL}
+	for id, k := range st.Registrants {
+		out.Registrants = append(out.Registrants, nvme.Registrant{CntlID: nvme.CntlIDDynamic, HostID: id, RKey: k, Holder: st.isHolder(id)})
 	}
-	r.gate.RUnlock()
+	r.gate.Unlock()
 	slices.SortFunc(out.Registrants, func(a, b nvme.Registrant) int {
 		for i := range a.HostID {
 			if a.HostID[i] != b.HostID[i] {

@@ -41,6 +41,11 @@ type SubsystemConfig struct {
 	// the array's ownership epoch: a stale owner can then never take a
 	// member back from a newer one. Default off (plain NVMe semantics).
 	EpochFencing bool
+	// Reservations stores the hosts' reservation state of the
+	// subsystem's namespaces; nil: in memory, and in Config.StateDir when
+	// set. A cluster whose nodes all serve the subsystem gives each target
+	// a backend they share (see ReservationBackend).
+	Reservations ReservationBackend
 }
 
 // NamespaceConfig describes a namespace of a subsystem.
@@ -75,6 +80,7 @@ type subsystem struct {
 	auth      *dhchapPolicy // nil: no authentication
 	// epochFencing: see SubsystemConfig.EpochFencing; fixed at creation.
 	epochFencing bool
+	resvBackend  ReservationBackend
 	// drains counts, per host, the dead I/O queues whose commands are
 	// still executing (conn.beginDrain); while non-zero that host cannot
 	// connect a new I/O queue. drained is closed (and replaced) whenever
@@ -134,7 +140,10 @@ func (t *Target) AddSubsystem(sc SubsystemConfig) error {
 	}
 	s := &subsystem{t: t, nqn: sc.NQN, serial: sc.Serial, model: sc.Model, anyHost: sc.AllowAnyHost,
 		hosts: map[string]bool{}, ns: map[uint32]*namespace{}, ana: map[uint32]*anaGroup{}, ctrls: map[uint16]*controller{}, anaChgCnt: 1,
-		epochFencing: sc.EpochFencing, drains: map[hostKey]int{}, drained: make(chan struct{})}
+		epochFencing: sc.EpochFencing, resvBackend: sc.Reservations, drains: map[hostKey]int{}, drained: make(chan struct{})}
+	if s.resvBackend == nil {
+		s.resvBackend = newFileBackend(t.cfg.StateDir)
+	}
 	if s.serial == "" {
 		s.serial = derivedSerial(sc.NQN)
 	}
@@ -223,9 +232,9 @@ func (t *Target) AddNamespace(subnqn string, nc NamespaceConfig) error {
 		return fmt.Errorf("namespace %d: device block size %d / size %d unusable: %w", nc.NSID, bs, nc.Device.Size(), ErrInvalid)
 	}
 	ns := &namespace{sub: s, id: nc.NSID, dev: nc.Device, bs: bs, nguid: nc.NGUID, uuid: nc.UUID, eui64: nc.EUI64, group: nc.ANAGroup}
-	ns.resv, err = loadReservation(t.cfg.StateDir, subnqn, nc.NSID)
+	ns.resv, err = loadReservation(ns, s.resvBackend)
 	if err != nil {
-		return err
+		return fmt.Errorf("namespace %d of %s: reservation state: %w", nc.NSID, subnqn, err)
 	}
 	s.mu.Lock()
 	if _, ok := s.ns[nc.NSID]; ok {
@@ -512,7 +521,12 @@ const (
 	eventANA eventKind = 1 << iota
 	eventNSChanged
 	eventDiscovery
+	eventResv
 )
+
+// maxResvLog bounds a controller's unread reservation notifications; the
+// oldest are dropped beyond it.
+const maxResvLog = 255
 
 // controller is one NVMe controller: an admin queue plus I/O queues of one
 // host on one subsystem.
@@ -535,7 +549,57 @@ type controller struct {
 	pending   eventKind
 	changedNS []uint32
 	resvMask  uint32
+	// resvLog holds unread reservation notification log pages; resvAEN
+	// is set while an event announcing them is outstanding (no further
+	// one until the host reads the log).
+	resvLog   []nvme.ResvNotification
+	resvCount uint64
+	resvAEN   bool
 	dead      bool
+}
+
+// resvNotify queues a reservation notification (nvme.ResvNotif*) for
+// namespace nsid unless the host masked it, and raises the event.
+func (c *controller) resvNotify(typ uint8, nsid uint32) {
+	c.mu.Lock()
+	if c.dead || c.resvMask&(1<<typ) != 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.resvCount++
+	if c.resvCount == 0 {
+		c.resvCount = 1
+	}
+	if len(c.resvLog) >= maxResvLog {
+		c.resvLog = c.resvLog[1:]
+	}
+	c.resvLog = append(c.resvLog, nvme.ResvNotification{LogPageCount: c.resvCount, Type: typ, NSID: nsid})
+	if !c.resvAEN {
+		c.pending |= eventResv
+	}
+	c.deliverLocked()
+	c.mu.Unlock()
+}
+
+// readResvLog pops the oldest reservation notification (an empty page
+// when there is none); reading with rae clear re-arms the event.
+func (c *controller) readResvLog(rae bool) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var p nvme.ResvNotification
+	if len(c.resvLog) > 0 {
+		p = c.resvLog[0]
+		c.resvLog = c.resvLog[1:]
+		p.NumAvail = uint8(min(len(c.resvLog), 255))
+	}
+	if !rae {
+		c.resvAEN = false
+		if len(c.resvLog) > 0 {
+			c.pending |= eventResv
+			c.deliverLocked()
+		}
+	}
+	return p.Append(nil)
 }
 
 func (c *controller) touch() { c.seen.Store(c.t.cfg.Clock.Now().UnixNano()) }
@@ -666,6 +730,13 @@ func (c *controller) deliverLocked() {
 				continue
 			}
 			result = nvme.AENResult(nvme.AENTypeNotice, nvme.AENNoticeDiscoChanged, nvme.LogDiscovery)
+		case c.pending&eventResv != 0:
+			c.pending &^= eventResv
+			if len(c.resvLog) == 0 || c.resvAEN {
+				continue
+			}
+			c.resvAEN = true
+			result = nvme.AENResult(nvme.AENTypeIOCmdSpec, nvme.AENIOResvLogAvail, nvme.LogResvNotification)
 		}
 		cid := c.aers[0]
 		c.aers = c.aers[1:]

@@ -793,7 +793,7 @@ func TestReservationsFenceAndPersist(t *testing.T) {
 	}
 	for _, g := range rep.Registrants {
 		wantHolder := g.HostID == testHostID
-		if g.Holder != wantHolder || (g.HostID == testHostID && (g.RKey != 1 || g.CntlID != id1)) {
+		if g.Holder != wantHolder || (g.HostID == testHostID && (g.RKey != 1 || g.CntlID != nvme.CntlIDDynamic)) {
 			t.Fatalf("registrant %+v", g)
 		}
 	}
