@@ -37,14 +37,16 @@ func (t *Target) io(r *request) nvme.Status {
 
 func (t *Target) nsCommand(r *request, c *controller, ns *namespace) nvme.Status {
 	s := &r.sqe
-	if st := c.sub.anaStateOf(ns.group).IOStatus(); !st.OK() {
-		return st
-	}
+	// Reservation commands act on the subsystem's state, the same on
+	// every path: they are served whatever this path's ANA state.
 	switch s.Opcode {
 	case nvme.CmdResvRegister, nvme.CmdResvAcquire, nvme.CmdResvRelease:
 		return ns.resv.modify(t, r, c)
 	case nvme.CmdResvReport:
 		return ns.resv.report(r, c)
+	}
+	if st := c.sub.anaStateOf(ns.group).IOStatus(); !st.OK() {
+		return st
 	}
 	write := s.Opcode != nvme.CmdRead
 	ns.resv.gate.RLock()
