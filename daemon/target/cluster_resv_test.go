@@ -1,0 +1,227 @@
+package target
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/nvme"
+)
+
+// sharedResv is a reservation store shared by several targets, as a
+// cluster's control plane is: compare-and-swap on a version, and every
+// change applied on the other targets before Store returns (what the
+// cluster's owner acknowledgement gives).
+type sharedResv struct {
+	mu      sync.Mutex
+	states  map[string]ReservationState
+	version int64
+	views   []*resvView
+}
+
+// resvView is one target's handle on the shared store.
+type resvView struct {
+	s  *sharedResv
+	tg *Target
+}
+
+func (s *sharedResv) view() *resvView {
+	v := &resvView{s: s}
+	s.mu.Lock()
+	s.views = append(s.views, v)
+	s.mu.Unlock()
+	return v
+}
+
+func (v *resvView) PTPL() PTPLMode { return PTPLAlways }
+
+func (v *resvView) Load(subnqn string, nsid uint32) (ReservationState, error) {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	st, ok := v.s.states[fmt.Sprint(subnqn, nsid)]
+	if !ok {
+		return ReservationState{Registrants: map[[16]byte]uint64{}, PTPL: true}, nil
+	}
+	return st.clone(), nil
+}
+
+func (v *resvView) Store(subnqn string, nsid uint32, prev, next ReservationState) (ReservationState, error) {
+	v.s.mu.Lock()
+	k := fmt.Sprint(subnqn, nsid)
+	if cur := v.s.states[k]; cur.Version != prev.Version {
+		v.s.mu.Unlock()
+		return ReservationState{}, &StaleReservationError{Current: cur.clone()}
+	}
+	v.s.version++
+	next.Version = v.s.version
+	v.s.states[k] = next.clone()
+	var others []*Target
+	for _, o := range v.s.views {
+		if o != v && o.tg != nil {
+			others = append(others, o.tg)
+		}
+	}
+	v.s.mu.Unlock()
+	for _, tg := range others {
+		if err := tg.ApplyReservation(subnqn, nsid, next); err != nil {
+			return ReservationState{}, err
+		}
+	}
+	return next, nil
+}
+
+// newPathTarget serves testSubNQN's namespace 1 over dev with the shared
+// reservation store, in the given ANA state.
+func newPathTarget(t *testing.T, s *sharedResv, dev blockdev.Device, cntlBase uint16, state nvme.ANAState) (*Target, string) {
+	t.Helper()
+	tg, err := New(Config{Listen: "127.0.0.1:0", CntlIDBase: cntlBase, CntlIDCount: 16, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	v := s.view()
+	if err := tg.AddSubsystem(SubsystemConfig{NQN: testSubNQN, AllowedHosts: []string{testHostNQN, testHostNQN2},
+		ANAStates: map[uint32]nvme.ANAState{1: state}, Reservations: v}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.AddNamespace(testSubNQN, NamespaceConfig{NSID: 1, Device: dev, NGUID: testNGUID, ANAGroup: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	v.tg = tg
+	s.mu.Unlock()
+	return tg, tg.Addr().String()
+}
+
+// pathClient is one host's controller with one I/O queue on one target.
+func pathClient(t *testing.T, addr, hostnqn string, hostid [16]byte) (adm, io *rawClient) {
+	t.Helper()
+	adm, id := adminConnect(t, addr, 0, hostnqn, hostid)
+	return adm, ioConnect(t, addr, 0, hostnqn, hostid, id, 1)
+}
+
+// TestReservationOneStateAcrossPaths: two targets serve one namespace (the
+// owner optimized, the other inaccessible) over one shared reservation
+// store. A registration through one path shows in the Reservation Report
+// of the other, byte for byte; a reservation held through one path
+// conflicts on the other; a preempt-and-abort through the inaccessible
+// path fences the preempted host's writes on the owner and leaves it a
+// registration-preempted notification; and a new owner (a target started
+// afresh over the same store) enforces the same state.
+func TestReservationOneStateAcrossPaths(t *testing.T) {
+	dev := blockdev.NewMem(testSize, testBS)
+	shared := &sharedResv{states: map[string]ReservationState{}}
+	owner, ownerAddr := newPathTarget(t, shared, dev, 0x10, nvme.ANAOptimized)
+	_, otherAddr := newPathTarget(t, shared, dev, 0x20, nvme.ANAInaccessible)
+	adm1, h1owner := pathClient(t, ownerAddr, testHostNQN, testHostID)
+	_, h1other := pathClient(t, otherAddr, testHostNQN, testHostID)
+	_, h2owner := pathClient(t, ownerAddr, testHostNQN2, testHostID2)
+	_, h2other := pathClient(t, otherAddr, testHostNQN2, testHostID2)
+	blk := make([]byte, testBS)
+
+	// host 1 registers and takes Write Exclusive through the owner's path
+	if st := resvCmd(h1owner, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 0x11}); !st.OK() {
+		t.Fatalf("register through the owner: %v", st)
+	}
+	if st := resvCmd(h1owner, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 0x11}); !st.OK() {
+		t.Fatalf("acquire through the owner: %v", st)
+	}
+	// host 2 registers through the other path
+	if st := resvCmd(h2other, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 0x22}); !st.OK() {
+		t.Fatalf("register through the inaccessible path: %v, want success (reservations are the subsystem's)", st)
+	}
+	rawReport := func(q *rawClient) []byte {
+		r := q.do(nvme.SQE{Opcode: nvme.CmdResvReport, NSID: 1, CDW10: 4096/4 - 1, CDW11: nvme.ResvReportEDS, DPTR: nvme.SGL{Length: 4096}}, nil, false)
+		if !r.cqe.Status.OK() {
+			t.Fatalf("report: %v", r.cqe.Status)
+		}
+		return r.data
+	}
+	want := rawReport(h1owner)
+	for name, q := range map[string]*rawClient{"host 1 other path": h1other, "host 2 owner": h2owner, "host 2 other path": h2other} {
+		if got := rawReport(q); string(got) != string(want) {
+			t.Errorf("Reservation Report through %s differs from the owner's", name)
+		}
+	}
+	rep, _ := nvme.ParseResvStatus(want)
+	if rep.Type != nvme.ResvWriteExclusive || len(rep.Registrants) != 2 || !rep.PTPLS {
+		t.Fatalf("report %+v, want write exclusive, two registrants, PTPLS", rep)
+	}
+	// the reservation held through the owner's path conflicts on the other
+	if st := resvCmd(h2other, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 0x22}); st != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("acquire through the other path while host 1 holds: %v, want reservation conflict", st)
+	}
+	if r := h2owner.writeBlocks(1, 0, blk, testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("host 2 write on the owner: %v, want reservation conflict", r.cqe.Status)
+	}
+	if r := h1owner.writeBlocks(1, 0, blk, testBS, true); !r.cqe.Status.OK() {
+		t.Fatalf("holder's write: %v", r.cqe.Status)
+	}
+	// host 2 fences host 1 through the inaccessible path
+	if st := resvCmd(h2other, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvPreemptAndAbort, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 0x22, Key2: 0x11}); !st.OK() {
+		t.Fatalf("preempt and abort through the other path: %v", st)
+	}
+	if r := h1owner.writeBlocks(1, 0, blk, testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("fenced host 1's write on the owner: %v, want reservation conflict", r.cqe.Status)
+	}
+	if r := h2owner.writeBlocks(1, 0, blk, testBS, true); !r.cqe.Status.OK() {
+		t.Fatalf("new holder's write on the owner: %v", r.cqe.Status)
+	}
+	n, _ := nvme.ParseResvNotification(adm1.getLog(nvme.LogResvNotification, 0, nvme.ResvNotifLogLen, 0).data)
+	if n.Type != nvme.ResvNotifRegPreempted || n.NSID != 1 || n.LogPageCount == 0 {
+		t.Fatalf("host 1's reservation notification on the owner: %+v, want registration preempted of namespace 1", n)
+	}
+	if n, _ := nvme.ParseResvNotification(adm1.getLog(nvme.LogResvNotification, 0, nvme.ResvNotifLogLen, 0).data); n.Type != nvme.ResvNotifEmpty {
+		t.Fatalf("second read of the notification log: %+v, want empty", n)
+	}
+	before := rawReport(h2owner)
+	// the owner goes; a new owner starts over the same store
+	owner.Close()
+	_, newAddr := newPathTarget(t, shared, dev, 0x30, nvme.ANAOptimized)
+	_, h1new := pathClient(t, newAddr, testHostNQN, testHostID)
+	_, h2new := pathClient(t, newAddr, testHostNQN2, testHostID2)
+	if got := rawReport(h1new); string(got) != string(before) {
+		t.Fatalf("Reservation Report on the new owner differs from before the owner change")
+	}
+	if r := h1new.writeBlocks(1, 0, blk, testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("fenced host 1's write on the new owner: %v, want reservation conflict", r.cqe.Status)
+	}
+	if r := h2new.writeBlocks(1, 0, blk, testBS, true); !r.cqe.Status.OK() {
+		t.Fatalf("holder's write on the new owner: %v", r.cqe.Status)
+	}
+}
+
+// TestReservationStaleDecisionRetried: a change decided on a state that
+// another path changed meanwhile (its notice not yet here) is decided
+// again on the newer state.
+func TestReservationStaleDecisionRetried(t *testing.T) {
+	shared := &sharedResv{states: map[string]ReservationState{}}
+	_, addr := newPathTarget(t, shared, nil2Mem(), 0x10, nvme.ANAOptimized)
+	_, q := pathClient(t, addr, testHostNQN, testHostID)
+	// another path registered host 2 and took Exclusive Access; this
+	// target has not been told
+	shared.mu.Lock()
+	shared.version = 5
+	shared.states[fmt.Sprint(testSubNQN, uint32(1))] = ReservationState{Generation: 1, Type: nvme.ResvExclusiveAccess, Holder: testHostID2, Held: true,
+		Registrants: map[[16]byte]uint64{testHostID2: 0x22}, PTPL: true, Version: 5}
+	shared.mu.Unlock()
+	if st := resvCmd(q, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 0x11}); !st.OK() {
+		t.Fatal(st)
+	}
+	if st := resvCmd(q, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 0x11}); st != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("acquire while host 2 holds (through another path): %v, want reservation conflict", st)
+	}
+	if r := q.read(1, 0, 1, testBS); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("read under another host's Exclusive Access: %v", r.cqe.Status)
+	}
+	st := shared.states[fmt.Sprint(testSubNQN, uint32(1))]
+	if len(st.Registrants) != 2 || st.Generation != 2 {
+		t.Fatalf("stored state %+v, want both registrants, generation 2", st)
+	}
+}
+
+func nil2Mem() blockdev.Device { return blockdev.NewMem(testSize, testBS) }
