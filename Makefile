@@ -38,8 +38,12 @@ lint:
 bench: deps build
 	./scripts/bench.sh
 
+# The whole story on this machine: five tier0d under the seed's drive model,
+# a local Slurm for the hooks (--local-slurm; not run without Slurm's
+# packages) and XFS through a failover in the Linux guest (not run without
+# root and QEMU; docs/BENCH.md).
 demo: build
-	./$(BIN)/tier0 validate --site site-configs/local-5node.yaml --local --out tier0-report
+	./$(BIN)/tier0 validate --site site-configs/local-5node.yaml --local --local-slurm --out tier0-report
 
 soak: build
 	./scripts/soak.sh
