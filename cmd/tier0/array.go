@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,89 +10,95 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/daemon/api"
 	"tier0/daemon/config"
 )
 
-// `tier0 array list|show|scrub|create|delete`.
-func init() {
-	arr := addClusterFlags(&cobra.Command{
+// newArrayCmd is `tier0 array list|show|scrub|create|delete`.
+func newArrayCmd(root *rootOptions) *cobra.Command {
+	arr := &cobra.Command{
 		Use:   "array",
 		Short: "List and show arrays; explain how to create or delete one",
-	})
-	arr.AddCommand(&cobra.Command{
+	}
+	o := newClusterGroup(root, arr)
+	arr.AddCommand(newArrayListCmd(o), newArrayShowCmd(o), newArrayCreateCmd(o), newArrayDeleteCmd(o), newArrayScrubCmd(o))
+	return arr
+}
+
+func newArrayListCmd(o *clusterOptions) *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List every array: level, home, owner, epoch, state, phase, members",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			var arrays []api.Array
-			err = c.call(cmd.Context(), func(cl *api.Client) error {
-				arrays, err = cl.Arrays(cmd.Context())
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if jsonOut {
+			get := func(ctx context.Context, c *clusterConn) ([]api.Array, error) {
+				var arrays []api.Array
+				err := c.call(ctx, func(cl *api.Client) error {
+					var err error
+					arrays, err = cl.Arrays(ctx)
+					return err
+				})
 				if arrays == nil {
 					arrays = []api.Array{}
 				}
-				return mgmtJSON(cmd.OutOrStdout(), arrays)
+				return arrays, err
 			}
-			w := cmd.OutOrStdout()
-			if err := printArrays(w, arrays); err != nil {
-				return err
-			}
-			if rb := rebuildLines(arrays); len(rb) > 0 {
-				fmt.Fprintln(w, "\nresync/rebuild:")
-				for _, l := range rb {
-					fmt.Fprintln(w, "  "+l)
-				}
-			}
-			return nil
+			return show(cmd, o, get, printArrayList)
 		},
-	})
-	arr.AddCommand(&cobra.Command{
+	}
+}
+
+// printArrayList is the table of arrays and the members in motion.
+func printArrayList(w io.Writer, arrays []api.Array) error {
+	if err := printArrays(w, arrays); err != nil {
+		return err
+	}
+	if rb := rebuildLines(arrays); len(rb) > 0 {
+		fmt.Fprintln(w, "\nresync/rebuild:")
+		for _, l := range rb {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
+	return nil
+}
+
+func newArrayShowCmd(o *clusterOptions) *cobra.Command {
+	return &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show one array and the state and rebuild progress of each member",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
+			get := func(ctx context.Context, c *clusterConn) (api.Array, error) {
+				a, err := getArray(ctx, c, args[0])
+				if errors.Is(err, api.ErrNotFound) {
+					return a, arrayNotFound(ctx, c, args[0], err)
+				}
+				return a, err
 			}
-			var a api.Array
-			err = c.call(cmd.Context(), func(cl *api.Client) error {
-				a, err = cl.Array(cmd.Context(), args[0])
-				return err
-			})
-			if errors.Is(err, api.ErrNotFound) {
-				return arrayNotFound(cmd, c, args[0], err)
-			}
-			if err != nil {
-				return err
-			}
-			if jsonOut {
-				return mgmtJSON(cmd.OutOrStdout(), a)
-			}
-			return printArray(cmd.OutOrStdout(), a)
+			return show(cmd, o, get, printArray)
 		},
+	}
+}
+
+// getArray is GET /v1/arrays/NAME from the first node that answers.
+func getArray(ctx context.Context, c *clusterConn, name string) (api.Array, error) {
+	var a api.Array
+	err := c.call(ctx, func(cl *api.Client) error {
+		var err error
+		a, err = cl.Array(ctx, name)
+		return err
 	})
-	arr.AddCommand(arrayCreateCmd(), arrayDeleteCmd(), arrayScrubCmd())
-	rootCmd.AddCommand(arr)
+	return a, err
 }
 
 // arrayNotFound names the arrays that do exist.
-func arrayNotFound(cmd *cobra.Command, c *clusterConn, name string, err error) error {
+func arrayNotFound(ctx context.Context, c *clusterConn, name string, err error) error {
 	var arrays []api.Array
-	if c.call(cmd.Context(), func(cl *api.Client) error {
+	if c.call(ctx, func(cl *api.Client) error {
 		var e error
-		arrays, e = cl.Arrays(cmd.Context())
+		arrays, e = cl.Arrays(ctx)
 		return e
 	}) != nil {
 		return fmt.Errorf("array %q: %w; see `tier0 array list`", name, err)
@@ -144,8 +151,8 @@ type arrayPlan struct {
 
 // planSite is the site configuration array create/delete check against:
 // --site, $TIER0_SITE, or the default file when it exists; "" when none.
-func planSite() string {
-	for _, s := range []string{clusterOpts.site, os.Getenv("TIER0_SITE")} {
+func (o *clusterOptions) planSite() string {
+	for _, s := range []string{o.site, os.Getenv("TIER0_SITE")} {
 		if s != "" {
 			return s
 		}
@@ -196,7 +203,7 @@ var rollingSteps = []string{
 	"restart tier0d one node at a time, waiting for every array to be optimal before the next (docs/OPERATIONS.md, \"Rolling restart\"); the coordinator reads the arrays when it starts",
 }
 
-func printPlan(cmd *cobra.Command, p arrayPlan) error {
+func printPlan(cmd *cobra.Command, jsonOut bool, p arrayPlan) error {
 	if p.Problems == nil {
 		p.Problems = []string{}
 	}
@@ -243,9 +250,23 @@ func printPlan(cmd *cobra.Command, p arrayPlan) error {
 	return unsupportedError{fmt.Sprintf("array %s is done by editing the site configuration in this release (steps above)", p.Action)}
 }
 
-func arrayCreateCmd() *cobra.Command {
-	var level, home, members string
-	var width, chunk int
+// arrayCreateOptions are the flags of array create.
+type arrayCreateOptions struct {
+	cluster              *clusterOptions
+	level, home, members string
+	width, chunk         int
+}
+
+func (o *arrayCreateOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.level, "level", "raid5", "RAID level: raid5 or raid6 (raid0, raid1 are accepted by the config too)")
+	fs.StringVar(&o.home, "home", "", "node that owns the array when it is healthy (required)")
+	fs.StringVar(&o.members, "members", "auto", "drive names in RAID order, comma separated, or auto")
+	fs.IntVar(&o.width, "width", 0, "member count for --members auto (default: nodes-1)")
+	fs.IntVar(&o.chunk, "chunk-kib", 0, "chunk size in KiB, a power of two 4..4096 (default 128)")
+}
+
+func newArrayCreateCmd(co *clusterOptions) *cobra.Command {
+	o := &arrayCreateOptions{cluster: co}
 	cmd := &cobra.Command{
 		Use:   "create NAME --home NODE [--level raid5|raid6] [--members auto|D1,D2,...] [--width N] [--chunk-kib K]",
 		Short: "Print the site-configuration change that creates an array (exit 2)",
@@ -255,73 +276,73 @@ func arrayCreateCmd() *cobra.Command {
 			defaultSiteFile + ") checks it: placement resolved, drives not shared with\n" +
 			"other arrays. Exit status 2 when the plan is sound, 1 when it is not.",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if home == "" {
-				return fmt.Errorf("--home NODE is required: the node that owns array %s when it is healthy", args[0])
-			}
-			a := config.Array{Name: args[0], Level: level, Home: home, ChunkKiB: chunk, Width: width}
-			if members != "" && members != "auto" {
-				for _, m := range strings.Split(members, ",") {
-					a.Members = append(a.Members, strings.TrimSpace(m))
-				}
-			} else {
-				a.Auto = true
-			}
-			p := arrayPlan{Action: "create", Array: a.Name, Site: planSite(), Steps: append([]string{"check it: tier0 config validate SITE && tier0 config placement SITE"}, rollingSteps...)}
-			if p.Site == "" {
-				p.Entry = arrayEntry(a)
-				p.Problems = []string{} // nothing to check against
-				return printPlan(cmd, p)
-			}
-			c, err := mgmtLoadSite(p.Site)
-			if err != nil {
-				return err
-			}
-			p.Steps[0] = strings.ReplaceAll(p.Steps[0], "SITE", p.Site)
-			p.Freeze = freezeAuto(c, "")
-			cand := a // with the defaults Load would fill in
-			cand.Level = strings.ToLower(cand.Level)
-			if cand.ChunkKiB == 0 {
-				cand.ChunkKiB = config.DefaultChunkKiB
-			}
-			if cand.Width == 0 {
-				cand.Width = len(cand.Members)
-				if cand.Auto {
-					cand.Width = len(c.Nodes) - 1
-				}
-			}
-			next := *c
-			next.Arrays = append(slices.Clone(c.Arrays), cand)
-			var ve *config.ValidationError
-			if err := next.Validate(); errors.As(err, &ve) {
-				for _, pr := range ve.Problems {
-					p.Problems = append(p.Problems, pr.String())
-				}
-			} else if err != nil {
-				return err
-			}
-			placed := next.Arrays[len(next.Arrays)-1]
-			placed.ChunkKiB, placed.Width = chunk, width
-			for _, d := range placed.Members {
-				if users := c.DriveShares(d); len(users) > 0 {
-					p.Problems = append(p.Problems, fmt.Sprintf(
-						"drive %s already holds array(s) %s: a shared drive is split into equal extents, so adding %s would move their data; use drives no array uses (tier0 config placement %s lists the used ones)",
-						d, strings.Join(users, ", "), a.Name, p.Site))
-				}
-			}
-			p.Entry = arrayEntry(placed)
-			return printPlan(cmd, p)
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runArrayCreate(cmd, o, args[0]) },
 	}
-	cmd.Flags().StringVar(&level, "level", "raid5", "RAID level: raid5 or raid6 (raid0, raid1 are accepted by the config too)")
-	cmd.Flags().StringVar(&home, "home", "", "node that owns the array when it is healthy (required)")
-	cmd.Flags().StringVar(&members, "members", "auto", "drive names in RAID order, comma separated, or auto")
-	cmd.Flags().IntVar(&width, "width", 0, "member count for --members auto (default: nodes-1)")
-	cmd.Flags().IntVar(&chunk, "chunk-kib", 0, "chunk size in KiB, a power of two 4..4096 (default 128)")
+	o.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func arrayDeleteCmd() *cobra.Command {
+// runArrayCreate prints (and with a site configuration checks) the plan
+// that creates array name.
+func runArrayCreate(cmd *cobra.Command, o *arrayCreateOptions, name string) error {
+	if o.home == "" {
+		return fmt.Errorf("--home NODE is required: the node that owns array %s when it is healthy", name)
+	}
+	a := config.Array{Name: name, Level: o.level, Home: o.home, ChunkKiB: o.chunk, Width: o.width}
+	if o.members != "" && o.members != "auto" {
+		for _, m := range strings.Split(o.members, ",") {
+			a.Members = append(a.Members, strings.TrimSpace(m))
+		}
+	} else {
+		a.Auto = true
+	}
+	p := arrayPlan{Action: "create", Array: a.Name, Site: o.cluster.planSite(), Steps: append([]string{"check it: tier0 config validate SITE && tier0 config placement SITE"}, rollingSteps...)}
+	if p.Site == "" {
+		p.Entry = arrayEntry(a)
+		p.Problems = []string{} // nothing to check against
+		return printPlan(cmd, o.cluster.root.json, p)
+	}
+	c, err := mgmtLoadSite(p.Site)
+	if err != nil {
+		return err
+	}
+	p.Steps[0] = strings.ReplaceAll(p.Steps[0], "SITE", p.Site)
+	p.Freeze = freezeAuto(c, "")
+	cand := a // with the defaults Load would fill in
+	cand.Level = strings.ToLower(cand.Level)
+	if cand.ChunkKiB == 0 {
+		cand.ChunkKiB = config.DefaultChunkKiB
+	}
+	if cand.Width == 0 {
+		cand.Width = len(cand.Members)
+		if cand.Auto {
+			cand.Width = len(c.Nodes) - 1
+		}
+	}
+	next := *c
+	next.Arrays = append(slices.Clone(c.Arrays), cand)
+	var ve *config.ValidationError
+	if err := next.Validate(); errors.As(err, &ve) {
+		for _, pr := range ve.Problems {
+			p.Problems = append(p.Problems, pr.String())
+		}
+	} else if err != nil {
+		return err
+	}
+	placed := next.Arrays[len(next.Arrays)-1]
+	placed.ChunkKiB, placed.Width = o.chunk, o.width
+	for _, d := range placed.Members {
+		if users := c.DriveShares(d); len(users) > 0 {
+			p.Problems = append(p.Problems, fmt.Sprintf(
+				"drive %s already holds array(s) %s: a shared drive is split into equal extents, so adding %s would move their data; use drives no array uses (tier0 config placement %s lists the used ones)",
+				d, strings.Join(users, ", "), a.Name, p.Site))
+		}
+	}
+	p.Entry = arrayEntry(placed)
+	return printPlan(cmd, o.cluster.root.json, p)
+}
+
+func newArrayDeleteCmd(o *clusterOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Print the site-configuration change that deletes an array (exit 2)",
@@ -332,7 +353,7 @@ func arrayDeleteCmd() *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			p := arrayPlan{Action: "delete", Array: name, Site: planSite()}
+			p := arrayPlan{Action: "delete", Array: name, Site: o.planSite()}
 			nqn := "the array's subsystem NQN"
 			var c *config.Config
 			if p.Site != "" {
@@ -349,7 +370,7 @@ func arrayDeleteCmd() *cobra.Command {
 			p.Steps = append(p.Steps, rollingSteps...)
 			p.Steps = append(p.Steps, "its drives are then unused; their contents are not erased")
 			if c == nil {
-				return printPlan(cmd, p)
+				return printPlan(cmd, o.root.json, p)
 			}
 			p.Steps[1] = strings.ReplaceAll(p.Steps[1], "SITE", p.Site)
 			a, ok := c.Array(name)
@@ -373,7 +394,7 @@ func arrayDeleteCmd() *cobra.Command {
 						d, strings.Join(users, ", "), name))
 				}
 			}
-			return printPlan(cmd, p)
+			return printPlan(cmd, o.root.json, p)
 		},
 	}
 }
@@ -387,8 +408,18 @@ type scrubResult struct {
 	Result string `json:"result"` // accepted
 }
 
-func arrayScrubCmd() *cobra.Command {
-	var repair bool
+// arrayScrubOptions are the flags of array scrub.
+type arrayScrubOptions struct {
+	cluster *clusterOptions
+	repair  bool
+}
+
+func (o *arrayScrubOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.repair, "repair", false, "fix the parity mismatches found")
+}
+
+func newArrayScrubCmd(co *clusterOptions) *cobra.Command {
+	o := &arrayScrubOptions{cluster: co}
 	cmd := &cobra.Command{
 		Use:   "scrub NAME",
 		Short: "Check every stripe's parity of an array now (its owner reads the whole array)",
@@ -400,45 +431,43 @@ func arrayScrubCmd() *cobra.Command {
 			"`tier0 events` (scrub-done) and the tier0_scrub_* metrics. Sites can scrub\n" +
 			"periodically with policies.scrub_interval. Needs the API token.",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name := args[0]
-			ctx := cmd.Context()
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			var a api.Array
-			err = c.call(ctx, func(cl *api.Client) error {
-				a, err = cl.Array(ctx, name)
-				return err
-			})
-			if errors.Is(err, api.ErrNotFound) {
-				return arrayNotFound(cmd, c, name, err)
-			}
-			if err != nil {
-				return err
-			}
-			err = c.call(ctx, func(cl *api.Client) error { return cl.ScrubArray(ctx, name, repair) })
-			if errors.Is(err, api.ErrNotFound) {
-				return fmt.Errorf("%w; the daemon answering may be older than this tier0 (no scrub endpoint), or see `tier0 array list`", err)
-			}
-			if err != nil {
-				return err
-			}
-			res := scrubResult{Array: name, Action: "scrub", Repair: repair, Owner: a.Owner, Result: "accepted"}
-			if jsonOut {
-				return mgmtJSON(cmd.OutOrStdout(), res)
-			}
-			w := cmd.OutOrStdout()
-			what := "checks"
-			if repair {
-				what = "checks and repairs"
-			}
-			fmt.Fprintf(w, "scrub of array %s accepted: its owner %s %s every stripe in the background\n", name, orDash(a.Owner), what)
-			fmt.Fprintln(w, "findings: `tier0 status` (scrub section) and `tier0 events`")
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runArrayScrub(cmd, o, args[0]) },
 	}
-	cmd.Flags().BoolVar(&repair, "repair", false, "fix the parity mismatches found")
+	o.AddFlags(cmd.Flags())
 	return cmd
+}
+
+// runArrayScrub asks the owner of array name to scrub it.
+func runArrayScrub(cmd *cobra.Command, o *arrayScrubOptions, name string) error {
+	ctx := cmd.Context()
+	c, err := o.cluster.connect()
+	if err != nil {
+		return err
+	}
+	a, err := getArray(ctx, c, name)
+	if errors.Is(err, api.ErrNotFound) {
+		return arrayNotFound(ctx, c, name, err)
+	}
+	if err != nil {
+		return err
+	}
+	err = c.call(ctx, func(cl *api.Client) error { return cl.ScrubArray(ctx, name, o.repair) })
+	if errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("%w; the daemon answering may be older than this tier0 (no scrub endpoint), or see `tier0 array list`", err)
+	}
+	if err != nil {
+		return err
+	}
+	res := scrubResult{Array: name, Action: "scrub", Repair: o.repair, Owner: a.Owner, Result: "accepted"}
+	if o.cluster.root.json {
+		return mgmtJSON(cmd.OutOrStdout(), res)
+	}
+	w := cmd.OutOrStdout()
+	what := "checks"
+	if o.repair {
+		what = "checks and repairs"
+	}
+	fmt.Fprintf(w, "scrub of array %s accepted: its owner %s %s every stripe in the background\n", name, orDash(a.Owner), what)
+	fmt.Fprintln(w, "findings: `tier0 status` (scrub section) and `tier0 events`")
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/daemon/config"
 	"tier0/reliability/campaign"
@@ -31,15 +32,43 @@ func (e campaignExit) Error() string { return e.err.Error() }
 func (e campaignExit) Unwrap() error { return e.err }
 func (e campaignExit) ExitCode() int { return e.code }
 
-func init() {
-	var (
-		site, work, tier0d, faults, logLevel string
-		local, short, keep, netns            bool
-		inHub, nemesisKinds                  string
-		duration, bound, pace, window        time.Duration
-		seed                                 uint64
-		units, portShift, runs               int
-	)
+// campaignOptions are the flags of `tier0 campaign`.
+type campaignOptions struct {
+	site, work, tier0d, faults, logLevel string
+	local, short, keep, netns            bool
+	inHub, nemesisKinds                  string
+	duration, bound, pace, window        time.Duration
+	seed                                 uint64
+	units, portShift, runs               int
+	json                                 bool // the root's --json, set when the command runs
+}
+
+func (o *campaignOptions) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.site, "site", "", "site configuration file (every node on 127.0.0.1)")
+	f.BoolVar(&o.local, "local", false, "start the whole cluster on this machine (required)")
+	f.BoolVar(&o.short, "short", false, "two faults only (about 2 minutes)")
+	f.DurationVar(&o.duration, "duration", 0, "repeat random faults until this has passed (soak)")
+	f.Uint64Var(&o.seed, "seed", uint64(time.Now().UnixNano()%1_000_000), "seed for victims and the workload (printed; rerun with it)")
+	f.StringVar(&o.faults, "faults", "", "comma-separated fault list: "+strings.Join(campaign.AllFaults, ","))
+	f.DurationVar(&o.bound, "bound", 90*time.Second, "how long arrays may take to be back active and optimal after a fault")
+	f.DurationVar(&o.pace, "recovery-pace", 0, "each writer waits this long between I/Os while the cluster recovers (0: full speed; resync yields to writes)")
+	f.IntVar(&o.units, "units", 1024, "4 KiB units checked per array")
+	f.StringVar(&o.work, "workdir", "", "work directory for drives, state and node logs (default: a new temporary one)")
+	f.BoolVar(&o.keep, "keep", false, "keep the work directory after the run")
+	f.IntVar(&o.portShift, "port-shift", 0, "add this to every port of the site (to run beside another local cluster)")
+	f.StringVar(&o.tier0d, "tier0d", "", "tier0d binary (default: next to tier0, then $PATH)")
+	f.StringVar(&o.logLevel, "log-level", "error", "log level of the campaign's own log on stderr")
+	f.BoolVar(&o.netns, "netns", false, "run the nodes in network namespaces (root) and enable the partition-owner fault")
+	f.StringVar(&o.nemesisKinds, "nemesis", "all", "run the nemesis with these fault kinds (comma list; all, process, network, disk, ops, or "+strings.Join(nemesis.AllKinds, ",")+")")
+	f.IntVar(&o.runs, "runs", 1, "nemesis: schedules to run (seeds --seed, --seed+1, ...)")
+	f.DurationVar(&o.window, "window", 20*time.Second, "nemesis: each schedule's fault window")
+	f.StringVar(&o.inHub, "in-hub", "", "internal: running inside the hub namespace of this prefix")
+	_ = f.MarkHidden("in-hub")
+}
+
+// newCampaignCmd is `tier0 campaign`: the fault campaign and the nemesis.
+func newCampaignCmd(root *rootOptions) *cobra.Command {
+	o := &campaignOptions{}
 	cmd := &cobra.Command{
 		Use:   "campaign --site FILE --local [--short|--duration D] [--seed N] [--nemesis KINDS --runs R]",
 		Short: "fault campaign: inject node kills, freezes and drive faults under a checked write workload",
@@ -83,104 +112,89 @@ anomaly in a checked history, or a stuck array), 2 the campaign could not
 run. docs/RELIABILITY.md explains the campaigns and the figures.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if site == "" {
-				return campaignExit{errors.New("--site is required (e.g. site-configs/local-5node.yaml)"), 2}
-			}
-			if !local {
-				return campaignExit{errors.New("only --local campaigns exist: they start and kill tier0d processes on this machine; pass --local"), 2}
-			}
-			if short && duration > 0 {
-				return campaignExit{errors.New("--short and --duration exclude each other"), 2}
-			}
-			var lv slog.Level
-			if err := lv.UnmarshalText([]byte(logLevel)); err != nil {
-				return campaignExit{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel), 2}
-			}
-			bin, err := campaignTier0d(tier0d)
-			if err != nil {
-				return campaignExit{err, 2}
-			}
-			if work == "" {
-				work, err = os.MkdirTemp("", "tier0-campaign-")
-				if err != nil {
-					return campaignExit{err, 2}
-				}
-				if !keep {
-					defer os.RemoveAll(work)
-				}
-			}
-			if fl := cmd.Flags(); fl.Changed("nemesis") || fl.Changed("runs") || fl.Changed("window") {
-				if netns || inHub != "" || short || faults != "" {
-					return campaignExit{errors.New("--nemesis draws its own faults: it excludes --netns, --short and --faults"), 2}
-				}
-				return runNemesis(cmd, nemesisOpts{site: site, bin: bin, work: work, kinds: nemesisKinds, seed: seed, runs: runs,
-					duration: duration, window: window, bound: bound, units: units, portShift: portShift, keep: keep, level: lv})
-			}
-			o := campaign.Options{Site: site, Binary: bin, Workdir: work, PortShift: portShift, Seed: seed,
-				Duration: duration, RecoverBound: bound, RecoveryPace: pace, Units: units,
-				Out:    cmd.ErrOrStderr(),
-				Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lv})),
-			}
-			if faults != "" {
-				o.Faults = strings.Split(faults, ",")
-			}
-			o.Short = short
-			if netns || inHub != "" {
-				addrs := map[string]string{}
-				for _, n := range cfgNodesAddrs(site) {
-					addrs[n[0]] = n[1]
-				}
-				if inHub == "" {
-					return campaignInNetns(cmd, addrs)
-				}
-				o.Netns = campaign.NetnsFor(inHub, addrs)
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			res, err := campaign.Run(ctx, o)
-			if err != nil {
-				return campaignExit{fmt.Errorf("campaign could not run (node logs in %s; --keep keeps them): %w", work, err), 2}
-			}
-			if jsonOut {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(res); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprint(cmd.OutOrStdout(), res.Summary())
-			}
-			if err := res.Err(); err != nil {
-				if !keep {
-					fmt.Fprintf(cmd.ErrOrStderr(), "the work directory %s is removed; rerun with --keep --seed %d to keep the node logs\n", work, seed)
-				}
-				return campaignExit{err, 1}
-			}
-			return nil
+			o.json = root.json
+			return runCampaign(cmd, o)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&site, "site", "", "site configuration file (every node on 127.0.0.1)")
-	f.BoolVar(&local, "local", false, "start the whole cluster on this machine (required)")
-	f.BoolVar(&short, "short", false, "two faults only (about 2 minutes)")
-	f.DurationVar(&duration, "duration", 0, "repeat random faults until this has passed (soak)")
-	f.Uint64Var(&seed, "seed", uint64(time.Now().UnixNano()%1_000_000), "seed for victims and the workload (printed; rerun with it)")
-	f.StringVar(&faults, "faults", "", "comma-separated fault list: "+strings.Join(campaign.AllFaults, ","))
-	f.DurationVar(&bound, "bound", 90*time.Second, "how long arrays may take to be back active and optimal after a fault")
-	f.DurationVar(&pace, "recovery-pace", 0, "each writer waits this long between I/Os while the cluster recovers (0: full speed; resync yields to writes)")
-	f.IntVar(&units, "units", 1024, "4 KiB units checked per array")
-	f.StringVar(&work, "workdir", "", "work directory for drives, state and node logs (default: a new temporary one)")
-	f.BoolVar(&keep, "keep", false, "keep the work directory after the run")
-	f.IntVar(&portShift, "port-shift", 0, "add this to every port of the site (to run beside another local cluster)")
-	f.StringVar(&tier0d, "tier0d", "", "tier0d binary (default: next to tier0, then $PATH)")
-	f.StringVar(&logLevel, "log-level", "error", "log level of the campaign's own log on stderr")
-	f.BoolVar(&netns, "netns", false, "run the nodes in network namespaces (root) and enable the partition-owner fault")
-	f.StringVar(&nemesisKinds, "nemesis", "all", "run the nemesis with these fault kinds (comma list; all, process, network, disk, ops, or "+strings.Join(nemesis.AllKinds, ",")+")")
-	f.IntVar(&runs, "runs", 1, "nemesis: schedules to run (seeds --seed, --seed+1, ...)")
-	f.DurationVar(&window, "window", 20*time.Second, "nemesis: each schedule's fault window")
-	f.StringVar(&inHub, "in-hub", "", "internal: running inside the hub namespace of this prefix")
-	_ = f.MarkHidden("in-hub")
-	rootCmd.AddCommand(cmd)
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func runCampaign(cmd *cobra.Command, o *campaignOptions) error {
+	if o.site == "" {
+		return campaignExit{errors.New("--site is required (e.g. site-configs/local-5node.yaml)"), 2}
+	}
+	if !o.local {
+		return campaignExit{errors.New("only --local campaigns exist: they start and kill tier0d processes on this machine; pass --local"), 2}
+	}
+	if o.short && o.duration > 0 {
+		return campaignExit{errors.New("--short and --duration exclude each other"), 2}
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return campaignExit{fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel), 2}
+	}
+	bin, err := campaignTier0d(o.tier0d)
+	if err != nil {
+		return campaignExit{err, 2}
+	}
+	if o.work == "" {
+		o.work, err = os.MkdirTemp("", "tier0-campaign-")
+		if err != nil {
+			return campaignExit{err, 2}
+		}
+		if !o.keep {
+			defer os.RemoveAll(o.work)
+		}
+	}
+	if fl := cmd.Flags(); fl.Changed("nemesis") || fl.Changed("runs") || fl.Changed("window") {
+		if o.netns || o.inHub != "" || o.short || o.faults != "" {
+			return campaignExit{errors.New("--nemesis draws its own faults: it excludes --netns, --short and --faults"), 2}
+		}
+		return runNemesis(cmd, nemesisOpts{site: o.site, bin: bin, work: o.work, kinds: o.nemesisKinds, seed: o.seed, runs: o.runs,
+			duration: o.duration, window: o.window, bound: o.bound, units: o.units, portShift: o.portShift, keep: o.keep, json: o.json, level: lv})
+	}
+	co := campaign.Options{Site: o.site, Binary: bin, Workdir: o.work, PortShift: o.portShift, Seed: o.seed,
+		Duration: o.duration, RecoverBound: o.bound, RecoveryPace: o.pace, Units: o.units,
+		Out:    cmd.ErrOrStderr(),
+		Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lv})),
+	}
+	if o.faults != "" {
+		co.Faults = strings.Split(o.faults, ",")
+	}
+	co.Short = o.short
+	if o.netns || o.inHub != "" {
+		addrs := map[string]string{}
+		for _, n := range cfgNodesAddrs(o.site) {
+			addrs[n[0]] = n[1]
+		}
+		if o.inHub == "" {
+			return campaignInNetns(cmd, addrs)
+		}
+		co.Netns = campaign.NetnsFor(o.inHub, addrs)
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := campaign.Run(ctx, co)
+	if err != nil {
+		return campaignExit{fmt.Errorf("campaign could not run (node logs in %s; --keep keeps them): %w", o.work, err), 2}
+	}
+	if o.json {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprint(cmd.OutOrStdout(), res.Summary())
+	}
+	if err := res.Err(); err != nil {
+		if !o.keep {
+			fmt.Fprintf(cmd.ErrOrStderr(), "the work directory %s is removed; rerun with --keep --seed %d to keep the node logs\n", o.work, o.seed)
+		}
+		return campaignExit{err, 1}
+	}
+	return nil
 }
 
 // campaignTier0d returns the tier0d binary: the flag, else next to this
@@ -262,7 +276,7 @@ type nemesisOpts struct {
 	runs, units, portShift int
 	duration, window       time.Duration
 	bound                  time.Duration
-	keep                   bool
+	keep, json             bool
 	level                  slog.Level
 }
 
@@ -290,7 +304,7 @@ func runNemesis(cmd *cobra.Command, n nemesisOpts) error {
 	if err != nil {
 		return campaignExit{fmt.Errorf("nemesis could not run (node logs in %s; --keep keeps them): %w", n.work, err), 2}
 	}
-	if jsonOut {
+	if n.json {
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {

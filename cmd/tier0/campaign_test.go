@@ -4,30 +4,11 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 )
 
-// runCampaignCLI runs `tier0 campaign args...` with the campaign's flags
-// reset before and after (runCLI resets only the management verbs').
+// runCampaignCLI runs `tier0 campaign args...` on a fresh command tree.
 func runCampaignCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	var campaignFlags *pflag.FlagSet
-	for _, c := range rootCmd.Commands() {
-		if c.Name() == "campaign" {
-			campaignFlags = c.Flags()
-		}
-	}
-	reset := func() {
-		campaignFlags.VisitAll(func(fl *pflag.Flag) {
-			if fl.Name != "seed" {
-				_ = fl.Value.Set(fl.DefValue)
-			}
-			fl.Changed = false
-		})
-	}
-	reset()
-	defer reset()
 	return runCLI(t, nil, append([]string{"campaign"}, args...)...)
 }
 

@@ -15,17 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-
 	"tier0/daemon/api"
 	"tier0/daemon/cluster"
 )
 
 const testToken = "s3cret"
-
-// Tests never pick up a real node's token.
-func init() { defaultTokenFile = "/nonexistent/tier0-token" }
 
 // fakeBackend is a small cluster (nodes A B C, arrays a b c) that the
 // management verbs are tested against through the real API server.
@@ -210,66 +204,32 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// resetCLI puts every flag the management verbs share back to its default:
-// cobra keeps flag values between Execute calls of one process.
-func resetCLI(t *testing.T) {
-	t.Helper()
-	reset := func(fl *pflag.Flag) {
-		if err := fl.Value.Set(fl.DefValue); err != nil {
-			t.Fatalf("reset --%s: %v", fl.Name, err)
-		}
-		fl.Changed = false
-	}
-	clusterFlags.VisitAll(reset)
-	reset(rootCmd.PersistentFlags().Lookup("json"))
-	for _, c := range rootCmd.Commands() {
-		if !slices.Contains([]string{"status", "array", "node", "drive", "events"}, c.Name()) {
-			continue
-		}
-		c.Flags().VisitAll(reset)
-		for _, s := range c.Commands() {
-			s.Flags().VisitAll(reset)
-		}
-	}
+// testRootOptions are the root options of a test: no real node's token,
+// no host name that is a site node, fast polling.
+func testRootOptions() *rootOptions {
+	o := defaultRootOptions()
+	o.poll = 5 * time.Millisecond
+	o.hostname = func() (string, error) { return "not-a-tier0-node", nil }
+	o.tokenFile = "/nonexistent/tier0-token"
+	return o
 }
 
-// runCLI runs tier0 with args (environment cleared of TIER0_*) and returns
-// stdout, stderr and the exit code main would use.
+// runCLI runs tier0 with args on a fresh command tree (environment cleared
+// of TIER0_*) and returns stdout, stderr and the exit code main would use.
 func runCLI(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	for _, k := range []string{"TIER0_SITE", "TIER0_API", "TIER0_TOKEN"} {
 		t.Setenv(k, "")
 	}
-	mgmtHostname = func() (string, error) { return "not-a-tier0-node", nil }
-	mgmtPoll = 5 * time.Millisecond
-	resetCLI(t)
+	root := newRootCmdWith(testRootOptions())
 	var out, errb bytes.Buffer
-	rootCmd.SetOut(&out)
-	rootCmd.SetErr(&errb)
-	rootCmd.SetArgs(args)
-	defer func() {
-		rootCmd.SetArgs(nil)
-		rootCmd.SetOut(nil)
-		rootCmd.SetErr(nil)
-		resetCLI(t)
-	}()
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	// cobra hands the context to a subcommand only while the subcommand
-	// has none, so a context from an earlier run would stick.
-	// Other verbs' tests run Execute without a context: leave none behind.
-	var setCtx func(*cobra.Command, context.Context)
-	setCtx = func(c *cobra.Command, ctx context.Context) {
-		c.SetContext(ctx)
-		for _, s := range c.Commands() {
-			setCtx(s, ctx)
-		}
-	}
-	setCtx(rootCmd, ctx)
-	var none context.Context // as before any run
-	defer setCtx(rootCmd, none)
-	if err := rootCmd.ExecuteContext(ctx); err != nil {
+	if err := root.ExecuteContext(ctx); err != nil {
 		code = exitCode(err)
 		errb.WriteString("tier0: " + err.Error() + "\n")
 	}
@@ -364,11 +324,10 @@ func TestLocalNodeAskedFirst(t *testing.T) {
 	for _, k := range []string{"TIER0_SITE", "TIER0_API", "TIER0_TOKEN"} {
 		t.Setenv(k, "")
 	}
-	clusterOpts.site = site
-	defer resetCLI(t)
-	mgmtHostname = func() (string, error) { return "B.cluster.example", nil }
-	defer func() { mgmtHostname = os.Hostname }()
-	c, err := connect()
+	ro := testRootOptions()
+	ro.hostname = func() (string, error) { return "B.cluster.example", nil }
+	o := &clusterOptions{root: ro, site: site, timeout: 5 * time.Second}
+	c, err := o.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,33 +390,32 @@ func TestEnvironmentChoosesCluster(t *testing.T) {
 		t.Setenv(k, "")
 	}
 	t.Setenv("TIER0_API", url)
-	defer resetCLI(t)
-	c, err := connect()
+	o := &clusterOptions{root: testRootOptions()}
+	c, err := o.connect()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.eps[0].url != url || c.source != "--api" {
-		t.Fatalf("TIER0_API not used: %+v", c)
+	if eps := c.Endpoints(); len(eps) != 1 || eps[0].URL != url || c.Source() != "--api" {
+		t.Fatalf("TIER0_API not used: %+v from %s", eps, c.Source())
 	}
+	const nowhere = "/nonexistent/tier0-token"
 	t.Setenv("TIER0_TOKEN", "from-env")
-	if tok, _ := resolveToken("", ""); tok != "from-env" {
+	if tok, _ := resolveToken("", "", nowhere); tok != "from-env" {
 		t.Fatalf("token %q, want from-env", tok)
 	}
 	p := filepath.Join(t.TempDir(), "tok")
 	os.WriteFile(p, []byte("from-file\n"), 0o600)
-	if tok, _ := resolveToken("", p); tok != "from-file" {
+	if tok, _ := resolveToken("", p, nowhere); tok != "from-file" {
 		t.Fatalf("token %q, want from-file", tok)
 	}
-	if tok, _ := resolveToken("flag", p); tok != "flag" {
+	if tok, _ := resolveToken("flag", p, nowhere); tok != "flag" {
 		t.Fatalf("token %q, want flag", tok)
 	}
-	if _, err := resolveToken("", "/nonexistent/tok"); err == nil || !strings.Contains(err.Error(), "--token-file") {
+	if _, err := resolveToken("", "/nonexistent/tok", nowhere); err == nil || !strings.Contains(err.Error(), "--token-file") {
 		t.Fatalf("missing token file: %v", err)
 	}
 	t.Setenv("TIER0_TOKEN", "")
-	defaultTokenFile = p
-	defer func() { defaultTokenFile = "/nonexistent/tier0-token" }()
-	if tok, _ := resolveToken("", ""); tok != "from-file" {
+	if tok, _ := resolveToken("", "", p); tok != "from-file" {
 		t.Fatalf("default token file not read: %q", tok)
 	}
 }

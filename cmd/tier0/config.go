@@ -9,6 +9,7 @@ import (
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/daemon/config"
 	"tier0/daemon/discover"
@@ -27,19 +28,25 @@ func (e configInvalidError) Error() string {
 
 func (configInvalidError) ExitCode() int { return 1 }
 
-func init() {
+// newConfigCmd is `tier0 config validate|placement|drives`.
+func newConfigCmd(root *rootOptions) *cobra.Command {
 	cfg := &cobra.Command{
 		Use:   "config",
 		Short: "Check site configurations and show array placement",
 	}
-	cfg.AddCommand(&cobra.Command{
+	cfg.AddCommand(newConfigValidateCmd(root), newConfigPlacementCmd(root), newConfigDrivesCmd(root))
+	return cfg
+}
+
+func newConfigValidateCmd(root *rootOptions) *cobra.Command {
+	return &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Validate a site configuration and list every problem",
 		Long: "Validate a site configuration (YAML). Every problem is listed as\n" +
 			"FILE: KEY: what is wrong, what was expected. Exit status 1 when invalid.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := loadSiteConfig(cmd, args[0])
+			c, err := loadSiteConfig(cmd, root.json, args[0])
 			if err != nil {
 				return err
 			}
@@ -47,7 +54,7 @@ func init() {
 			for _, n := range c.Nodes {
 				drives += len(n.Drives)
 			}
-			if jsonOut {
+			if root.json {
 				return writeJSON(cmd.OutOrStdout(), map[string]any{
 					"file": args[0], "valid": true, "problems": []any{},
 					"cluster": c.Cluster, "nodes": len(c.Nodes), "drives": drives, "arrays": len(c.Arrays),
@@ -57,20 +64,35 @@ func init() {
 				args[0], c.Cluster, len(c.Nodes), drives, len(c.Arrays))
 			return err
 		},
-	})
-	cfg.AddCommand(&cobra.Command{
+	}
+}
+
+func newConfigPlacementCmd(root *rootOptions) *cobra.Command {
+	return &cobra.Command{
 		Use:   "placement FILE",
 		Short: "Show which drives each array uses (automatic placement resolved)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := loadSiteConfig(cmd, args[0])
+			c, err := loadSiteConfig(cmd, root.json, args[0])
 			if err != nil {
 				return err
 			}
-			return configPrintPlacement(cmd.OutOrStdout(), c)
+			return configPrintPlacement(cmd.OutOrStdout(), root.json, c)
 		},
-	})
-	var drivesNode string
+	}
+}
+
+// configDrivesOptions are the flags of config drives.
+type configDrivesOptions struct {
+	node string
+}
+
+func (o *configDrivesOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.node, "node", "", "the node (of FILE) whose drives to resolve")
+}
+
+func newConfigDrivesCmd(root *rootOptions) *cobra.Command {
+	o := &configDrivesOptions{}
 	drives := &cobra.Command{
 		Use:   "drives [FILE]",
 		Short: "List this machine's NVMe drives, or resolve a node's configured drives",
@@ -84,25 +106,24 @@ func init() {
 				return err
 			}
 			if len(args) == 0 {
-				return configPrintDrives(cmd.OutOrStdout(), found)
+				return configPrintDrives(cmd.OutOrStdout(), root.json, found)
 			}
-			c, err := loadSiteConfig(cmd, args[0])
+			c, err := loadSiteConfig(cmd, root.json, args[0])
 			if err != nil {
 				return err
 			}
-			n, ok := c.Node(drivesNode)
+			n, ok := c.Node(o.node)
 			if !ok {
-				return fmt.Errorf("--node %q: not a node of %s; expected one of the names under nodes[]", drivesNode, args[0])
+				return fmt.Errorf("--node %q: not a node of %s; expected one of the names under nodes[]", o.node, args[0])
 			}
-			return configPrintResolved(cmd.OutOrStdout(), n, found)
+			return configPrintResolved(cmd.OutOrStdout(), root.json, n, found)
 		},
 	}
-	drives.Flags().StringVar(&drivesNode, "node", "", "the node (of FILE) whose drives to resolve")
-	cfg.AddCommand(drives)
-	rootCmd.AddCommand(cfg)
+	o.AddFlags(drives.Flags())
+	return drives
 }
 
-func configPrintDrives(w io.Writer, ds []discover.Drive) error {
+func configPrintDrives(w io.Writer, jsonOut bool, ds []discover.Drive) error {
 	if jsonOut {
 		if ds == nil {
 			ds = []discover.Drive{}
@@ -127,7 +148,7 @@ type resolvedDrive struct {
 	Error  string `json:"error,omitempty"`
 }
 
-func configPrintResolved(w io.Writer, n *config.Node, found []discover.Drive) error {
+func configPrintResolved(w io.Writer, jsonOut bool, n *config.Node, found []discover.Drive) error {
 	var rows []resolvedDrive
 	bad := 0
 	for _, d := range n.Drives {
@@ -173,7 +194,7 @@ func configPrintResolved(w io.Writer, n *config.Node, found []discover.Drive) er
 // loadSiteConfig loads a configuration; on problems it prints them (as
 // lines on stderr, or as JSON on stdout with --json) and returns a
 // configInvalidError.
-func loadSiteConfig(cmd *cobra.Command, file string) (*config.Config, error) {
+func loadSiteConfig(cmd *cobra.Command, jsonOut bool, file string) (*config.Config, error) {
 	c, err := config.Load(file)
 	var ve *config.ValidationError
 	if errors.As(err, &ve) {
@@ -214,7 +235,7 @@ type placedArray struct {
 	Members []placedMember `json:"members"`
 }
 
-func configPrintPlacement(w io.Writer, c *config.Config) error {
+func configPrintPlacement(w io.Writer, jsonOut bool, c *config.Config) error {
 	var rows []placedArray
 	width := 0
 	for _, a := range c.Arrays {

@@ -8,39 +8,32 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/daemon/api"
 	"tier0/daemon/cluster"
 )
 
-// `tier0 drive list|fail|replace`.
-func init() {
-	drv := addClusterFlags(&cobra.Command{
+// newDriveCmd is `tier0 drive list|fail|replace`.
+func newDriveCmd(root *rootOptions) *cobra.Command {
+	drv := &cobra.Command{
 		Use:   "drive",
 		Short: "List drives and their array membership; fail or replace a drive",
-	})
-	drv.AddCommand(&cobra.Command{
+	}
+	o := newClusterGroup(root, drv)
+	drv.AddCommand(newDriveListCmd(o), newDriveFailCmd(o), newDriveReplaceCmd(o))
+	return drv
+}
+
+func newDriveListCmd(o *clusterOptions) *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List every drive: node, node state, the arrays it is a member of and its state there",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			s, err := c.status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			rows := driveRows(s)
-			if jsonOut {
-				return mgmtJSON(cmd.OutOrStdout(), rows)
-			}
-			return printDriveRows(cmd.OutOrStdout(), rows)
+			return show(cmd, o, clusterStatus(driveRows), printDriveRows)
 		},
-	})
-	drv.AddCommand(driveFailCmd(), driveReplaceCmd())
-	rootCmd.AddCommand(drv)
+	}
 }
 
 // driveRow is one drive's membership in one array (a drive in no array
@@ -146,8 +139,18 @@ func arrayNames(arrays []api.Array) []string {
 	return out
 }
 
-func driveFailCmd() *cobra.Command {
-	var force bool
+// driveFailOptions are the flags of drive fail.
+type driveFailOptions struct {
+	cluster *clusterOptions
+	force   bool
+}
+
+func (o *driveFailOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.force, "force", false, "fail the drive even if an array becomes unreadable")
+}
+
+func newDriveFailCmd(co *clusterOptions) *cobra.Command {
+	o := &driveFailOptions{cluster: co}
 	cmd := &cobra.Command{
 		Use:   "fail DRIVE",
 		Short: "Mark a drive failed: its arrays run degraded until it is replaced",
@@ -157,7 +160,7 @@ func driveFailCmd() *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			drive := args[0]
-			c, err := connect()
+			c, err := o.cluster.connect()
 			if err != nil {
 				return err
 			}
@@ -169,18 +172,18 @@ func driveFailCmd() *cobra.Command {
 			if !known {
 				return fmt.Errorf("drive %q is on no node of the cluster (%w); see `tier0 drive list`", drive, api.ErrNotFound)
 			}
-			if lose := failWouldLose(arrays, drive); len(lose) > 0 && !force {
+			if lose := failWouldLose(arrays, drive); len(lose) > 0 && !o.force {
 				return fmt.Errorf("refusing to fail drive %s: array(s) %s would become unreadable; wait for their resync/rebuild (tier0 status), or give --force if the drive is dead anyway",
 					drive, strings.Join(lose, "; "))
 			}
-			return mutateDrive(cmd, c, drive, "fail", arrays)
+			return mutateDrive(cmd, o.cluster, c, drive, "fail", arrays)
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "fail the drive even if an array becomes unreadable")
+	o.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func driveReplaceCmd() *cobra.Command {
+func newDriveReplaceCmd(o *clusterOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "replace DRIVE",
 		Short: "Report that a failed drive was replaced: its arrays rebuild onto it",
@@ -190,7 +193,7 @@ func driveReplaceCmd() *cobra.Command {
 			"array it is a member of rebuilds onto it. Watch with `tier0 status`.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := connect()
+			c, err := o.connect()
 			if err != nil {
 				return err
 			}
@@ -202,12 +205,12 @@ func driveReplaceCmd() *cobra.Command {
 			if !known {
 				return fmt.Errorf("drive %q is on no node of the cluster (%w); see `tier0 drive list`", args[0], api.ErrNotFound)
 			}
-			return mutateDrive(cmd, c, args[0], "replace", arrays)
+			return mutateDrive(cmd, o, c, args[0], "replace", arrays)
 		},
 	}
 }
 
-func mutateDrive(cmd *cobra.Command, c *clusterConn, drive, action string, arrays []api.Array) error {
+func mutateDrive(cmd *cobra.Command, o *clusterOptions, c *clusterConn, drive, action string, arrays []api.Array) error {
 	ctx := cmd.Context()
 	err := c.call(ctx, func(cl *api.Client) error {
 		if action == "fail" {
@@ -222,7 +225,7 @@ func mutateDrive(cmd *cobra.Command, c *clusterConn, drive, action string, array
 		return err
 	}
 	res := driveResult{Drive: drive, Action: action, Result: "accepted", Arrays: arrayNames(arrays)}
-	if jsonOut {
+	if o.root.json {
 		return mgmtJSON(cmd.OutOrStdout(), res)
 	}
 	w := cmd.OutOrStdout()

@@ -14,16 +14,29 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/daemon/api"
 )
 
-// `tier0 events [--follow]`: the failover/event log.
-func init() {
-	var follow bool
-	var after int64
-	var last int
-	cmd := addClusterFlags(&cobra.Command{
+// eventsOptions are the flags of `tier0 events`.
+type eventsOptions struct {
+	cluster *clusterOptions
+	follow  bool
+	after   int64
+	last    int
+}
+
+func (o *eventsOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVarP(&o.follow, "follow", "f", false, "keep printing new events until interrupted")
+	fs.Int64Var(&o.after, "after", 0, "only events after this revision (the REV column)")
+	fs.IntVar(&o.last, "last", 0, "only the last N events (0: all)")
+}
+
+// newEventsCmd is `tier0 events [--follow]`: the failover/event log.
+func newEventsCmd(root *rootOptions) *cobra.Command {
+	o := &eventsOptions{}
+	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Show the cluster's event log (failovers, hand-offs, drive and node events)",
 		Long: "Show the event log kept in the cluster store, oldest first: node lost and\n" +
@@ -34,35 +47,37 @@ func init() {
 			"are written (one line each; with --json one JSON object per line) until\n" +
 			"interrupted.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			evs, err := fetchEvents(ctx, c, after)
-			if err != nil {
-				return err
-			}
-			if last > 0 && len(evs) > last {
-				evs = evs[len(evs)-last:]
-			}
-			w := cmd.OutOrStdout()
-			if !follow {
-				if jsonOut {
-					return mgmtJSON(w, evs)
-				}
-				return printEvents(w, evs)
-			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return followEvents(ctx, c, w, cmd.ErrOrStderr(), evs, after)
-		},
-	})
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until interrupted")
-	cmd.Flags().Int64Var(&after, "after", 0, "only events after this revision (the REV column)")
-	cmd.Flags().IntVar(&last, "last", 0, "only the last N events (0: all)")
-	rootCmd.AddCommand(cmd)
+		RunE: func(cmd *cobra.Command, _ []string) error { return runEvents(cmd, o) },
+	}
+	o.cluster = newClusterGroup(root, cmd)
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func runEvents(cmd *cobra.Command, o *eventsOptions) error {
+	c, err := o.cluster.connect()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	evs, err := fetchEvents(ctx, c, o.after)
+	if err != nil {
+		return err
+	}
+	if o.last > 0 && len(evs) > o.last {
+		evs = evs[len(evs)-o.last:]
+	}
+	w := cmd.OutOrStdout()
+	jsonOut := o.cluster.root.json
+	if !o.follow {
+		if jsonOut {
+			return mgmtJSON(w, evs)
+		}
+		return printEvents(w, evs)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return followEvents(ctx, c, w, cmd.ErrOrStderr(), jsonOut, o.cluster.root.poll, evs, o.after)
 }
 
 func fetchEvents(ctx context.Context, c *clusterConn, after int64) ([]api.Event, error) {
@@ -126,7 +141,7 @@ func eventLine(e api.Event) string {
 // followEvents prints evs and then every new event until ctx ends. A node
 // that stops answering is replaced by the next one (the log is the
 // cluster's, so revisions continue).
-func followEvents(ctx context.Context, c *clusterConn, w, log io.Writer, evs []api.Event, after int64) error {
+func followEvents(ctx context.Context, c *clusterConn, w, log io.Writer, jsonOut bool, poll time.Duration, evs []api.Event, after int64) error {
 	emit := func(e api.Event) error {
 		if jsonOut {
 			return writeJSONLine(w, e)
@@ -140,7 +155,7 @@ func followEvents(ctx context.Context, c *clusterConn, w, log io.Writer, evs []a
 		}
 		after = max(after, e.Revision)
 	}
-	t := time.NewTicker(mgmtPoll)
+	t := time.NewTicker(poll)
 	defer t.Stop()
 	down := false
 	for {

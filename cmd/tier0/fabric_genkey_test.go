@@ -10,10 +10,10 @@ import (
 
 func TestGenDHCHAPKey(t *testing.T) {
 	var out bytes.Buffer
-	rootCmd.SetOut(&out)
-	defer rootCmd.SetOut(nil)
-	rootCmd.SetArgs([]string{"fabric", "gen-dhchap-key", "--key-length", "48", "--hash", "sha384"})
-	if err := rootCmd.Execute(); err != nil {
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetArgs([]string{"fabric", "gen-dhchap-key", "--key-length", "48", "--hash", "sha384"})
+	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
 	s := strings.TrimSpace(out.String())

@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/host"
@@ -21,7 +22,8 @@ import (
 // fabric io: read, write and verify a range of an NVMe/TCP namespace with
 // tier0's own initiator (package daemon/host).
 
-type fabricIOFlags struct {
+// fabricIOOptions are the flags of fabric io.
+type fabricIOOptions struct {
 	connect, nqn, hostNQN, hostID string
 	nsid                          uint32
 	write, read, verify           bool
@@ -31,28 +33,10 @@ type fabricIOFlags struct {
 	hdgst, ddgst                  bool
 	timeout                       time.Duration
 	dhchapSecret, dhchapCtrl      string
+	json                          bool // the root's --json, set when the command runs
 }
 
-var fabricIOOpts fabricIOFlags
-
-var fabricIOCmd = &cobra.Command{
-	Use:   "io --connect ADDR:PORT --nqn NQN (--write|--read|--verify) [--offset N] [--length N] [--pattern SEED]",
-	Short: "Read, write or verify a range of an NVMe/TCP namespace with tier0's initiator",
-	Long: `Connects to an NVMe/TCP controller with tier0's own initiator and reads,
-writes or verifies a byte range of one namespace.
-
---write fills the range with a pattern derived from --pattern SEED and the
-absolute byte offset, so any sub-range can be verified later with the same
-seed; --verify reads the range and compares it with that pattern; --read only
-reads (and reports the throughput). Sizes accept K, M, G suffixes (powers of
-1024). Exit status: 0 success, 1 error, 2 verify mismatch.`,
-	Args: cobra.NoArgs,
-	RunE: func(cmd *cobra.Command, _ []string) error { return runFabricIO(cmd.Context(), &fabricIOOpts) },
-}
-
-func init() {
-	f := fabricIOCmd.Flags()
-	o := &fabricIOOpts
+func (o *fabricIOOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.connect, "connect", "", "controller address HOST:PORT (required)")
 	f.StringVar(&o.nqn, "nqn", "", "subsystem NQN (required)")
 	f.Uint32Var(&o.nsid, "nsid", 1, "namespace ID")
@@ -73,20 +57,29 @@ func init() {
 	f.StringVar(&o.hostNQN, "hostnqn", "", "host NQN (default derived from the host ID)")
 	f.StringVar(&o.hostID, "hostid", "", "host ID, a UUID (default random; reservations are keyed by it)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
-	fabricIOGroup().AddCommand(fabricIOCmd)
 }
 
-// fabricIOGroup returns the `tier0 fabric` command group, creating it when
-// no other verb file registered it first.
-func fabricIOGroup() *cobra.Command {
-	for _, c := range rootCmd.Commands() {
-		if c.Name() == "fabric" {
-			return c
-		}
+func newFabricIOCmd(root *rootOptions) *cobra.Command {
+	o := &fabricIOOptions{}
+	cmd := &cobra.Command{
+		Use:   "io --connect ADDR:PORT --nqn NQN (--write|--read|--verify) [--offset N] [--length N] [--pattern SEED]",
+		Short: "Read, write or verify a range of an NVMe/TCP namespace with tier0's initiator",
+		Long: `Connects to an NVMe/TCP controller with tier0's own initiator and reads,
+writes or verifies a byte range of one namespace.
+
+--write fills the range with a pattern derived from --pattern SEED and the
+absolute byte offset, so any sub-range can be verified later with the same
+seed; --verify reads the range and compares it with that pattern; --read only
+reads (and reports the throughput). Sizes accept K, M, G suffixes (powers of
+1024). Exit status: 0 success, 1 error, 2 verify mismatch.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.json = root.json
+			return runFabricIO(cmd.Context(), o, cmd.OutOrStdout())
+		},
 	}
-	g := &cobra.Command{Use: "fabric", Short: "Standalone NVMe/TCP tools: serve a target, read/write/verify through the initiator"}
-	rootCmd.AddCommand(g)
-	return g
+	o.AddFlags(cmd.Flags())
+	return cmd
 }
 
 // parseSize parses a byte count for the fabric verbs with the one size
@@ -138,7 +131,7 @@ type fabricIOResult struct {
 	Verified bool    `json:"verified"`
 }
 
-func runFabricIO(ctx context.Context, o *fabricIOFlags) error {
+func runFabricIO(ctx context.Context, o *fabricIOOptions, stdout io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -274,18 +267,18 @@ feed:
 	el := time.Since(start).Seconds()
 	res := fabricIOResult{Op: op, Addr: o.connect, NQN: o.nqn, NSID: o.nsid, Offset: off, Length: length, Seconds: el,
 		MiBps: float64(length) / (1 << 20) / el, Verified: op == "verify" && mismatch < 0}
-	if jsonOut {
-		enc := json.NewEncoder(os.Stdout)
+	if o.json {
+		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
 			return err
 		}
 	} else {
-		fmt.Printf("%s %d bytes at offset %d of %s nsid %d (%s): %.3f s, %.1f MiB/s", op, length, off, o.nqn, o.nsid, o.connect, el, res.MiBps)
+		fmt.Fprintf(stdout, "%s %d bytes at offset %d of %s nsid %d (%s): %.3f s, %.1f MiB/s", op, length, off, o.nqn, o.nsid, o.connect, el, res.MiBps)
 		if op == "verify" && mismatch < 0 {
-			fmt.Print(", verified")
+			fmt.Fprint(stdout, ", verified")
 		}
-		fmt.Println()
+		fmt.Fprintln(stdout)
 	}
 	if mismatch >= 0 {
 		return &verifyError{off: mismatch}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"testing"
 
@@ -29,11 +30,11 @@ func TestFabricIOWriteVerify(t *testing.T) {
 	if err := tg.AddNamespace(nqn, target.NamespaceConfig{NSID: 1, Device: mem}); err != nil {
 		t.Fatal(err)
 	}
-	base := fabricIOFlags{connect: l.Addr().String(), nqn: nqn, nsid: 1, offset: "1M", length: "3M", block: "256K",
+	base := fabricIOOptions{connect: l.Addr().String(), nqn: nqn, nsid: 1, offset: "1M", length: "3M", block: "256K",
 		seed: 42, queues: 2, depth: 16, parallel: 4, timeout: 60e9}
 	w := base
 	w.write = true
-	if err := runFabricIO(context.Background(), &w); err != nil {
+	if err := runFabricIO(context.Background(), &w, io.Discard); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	// the device holds the pattern at the absolute offsets
@@ -46,23 +47,23 @@ func TestFabricIOWriteVerify(t *testing.T) {
 	}
 	v := base
 	v.verify, v.offset, v.length = true, "2M", "1M" // a sub-range verifies
-	if err := runFabricIO(context.Background(), &v); err != nil {
+	if err := runFabricIO(context.Background(), &v, io.Discard); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
 	v.seed = 43
-	err = runFabricIO(context.Background(), &v)
+	err = runFabricIO(context.Background(), &v, io.Discard)
 	var ve *verifyError
 	if !errors.As(err, &ve) || ve.ExitCode() != 2 || ve.off != 2<<20 {
 		t.Fatalf("verify with the wrong seed: %v, want a verify error at offset %d with exit code 2", err, 2<<20)
 	}
 	bad := base
 	bad.read, bad.offset = true, "7M" // 1M+3M past the 8 MiB end
-	if err := runFabricIO(context.Background(), &bad); !errors.Is(err, blockdev.ErrOutOfRange) {
+	if err := runFabricIO(context.Background(), &bad, io.Discard); !errors.Is(err, blockdev.ErrOutOfRange) {
 		t.Fatalf("range past the end: %v, want ErrOutOfRange", err)
 	}
 	two := base
 	two.read, two.write = true, true
-	if err := runFabricIO(context.Background(), &two); err == nil {
+	if err := runFabricIO(context.Background(), &two, io.Discard); err == nil {
 		t.Fatal("--read with --write accepted")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/bench/perf"
 	"tier0/daemon/host"
@@ -21,7 +22,8 @@ import (
 // tier0's own initiator (package bench/perf over daemon/host), for any
 // target: tier0's, Linux nvmet, SPDK. Usage in docs/PERFORMANCE.md.
 
-type fabricPerfFlags struct {
+// fabricPerfOptions are the flags of fabric perf.
+type fabricPerfOptions struct {
 	connect, nqn, hostNQN    string
 	nsid                     uint32
 	workload, bs, region     string
@@ -30,6 +32,7 @@ type fabricPerfFlags struct {
 	dhchapSecret, dhchapCtrl string
 	cpuProfile               string
 	hdgst, ddgst             bool
+	json                     bool // the root's --json, set when the command runs
 }
 
 // fabricPerfResult is what --json prints.
@@ -42,27 +45,7 @@ type fabricPerfResult struct {
 	perf.Result
 }
 
-var fabricPerfOpts fabricPerfFlags
-
-var fabricPerfCmd = &cobra.Command{
-	Use:   "perf --connect ADDR:PORT --nqn NQN --workload randread|randwrite|read|write [--bs 4k] [--qd 32] [--time 10s]",
-	Short: "Benchmark an NVMe/TCP namespace with tier0's initiator: IOPS, bandwidth, latency, CPU per I/O",
-	Long: `Connects to an NVMe/TCP controller (tier0's target, Linux nvmet, SPDK) with
-tier0's own initiator and keeps --qd I/Os of --bs bytes in flight on one
-namespace for --time: random or sequential, reads or writes. Prints IOPS,
-bandwidth, latency percentiles (p50, p99, p99.9, max) and this client's CPU
-time per I/O (getrusage), the figure that stays comparable on a loaded
-machine. --cores N runs the client on N cores (GOMAXPROCS) with N I/O
-queues (connections). Write workloads overwrite the namespace.`,
-	Args: cobra.NoArgs,
-	RunE: func(cmd *cobra.Command, _ []string) error {
-		return runFabricPerf(cmd.Context(), &fabricPerfOpts, cmd.OutOrStdout())
-	},
-}
-
-func init() {
-	f := fabricPerfCmd.Flags()
-	o := &fabricPerfOpts
+func (o *fabricPerfOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.connect, "connect", "", "controller address HOST:PORT (required)")
 	f.StringVar(&o.nqn, "nqn", "", "subsystem NQN (required)")
 	f.Uint32Var(&o.nsid, "nsid", 1, "namespace ID")
@@ -79,10 +62,31 @@ func init() {
 	f.StringVar(&o.dhchapSecret, "dhchap-secret", "", "this host's DH-HMAC-CHAP secret DHHC-1:..: (or file:PATH), used when the target asks")
 	f.StringVar(&o.dhchapCtrl, "dhchap-ctrl-secret", "", "the controller's secret, to authenticate the target too (bidirectional)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the measured run to FILE")
-	fabricIOGroup().AddCommand(fabricPerfCmd)
 }
 
-func runFabricPerf(ctx context.Context, o *fabricPerfFlags, stdout io.Writer) error {
+func newFabricPerfCmd(root *rootOptions) *cobra.Command {
+	o := &fabricPerfOptions{}
+	cmd := &cobra.Command{
+		Use:   "perf --connect ADDR:PORT --nqn NQN --workload randread|randwrite|read|write [--bs 4k] [--qd 32] [--time 10s]",
+		Short: "Benchmark an NVMe/TCP namespace with tier0's initiator: IOPS, bandwidth, latency, CPU per I/O",
+		Long: `Connects to an NVMe/TCP controller (tier0's target, Linux nvmet, SPDK) with
+tier0's own initiator and keeps --qd I/Os of --bs bytes in flight on one
+namespace for --time: random or sequential, reads or writes. Prints IOPS,
+bandwidth, latency percentiles (p50, p99, p99.9, max) and this client's CPU
+time per I/O (getrusage), the figure that stays comparable on a loaded
+machine. --cores N runs the client on N cores (GOMAXPROCS) with N I/O
+queues (connections). Write workloads overwrite the namespace.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.json = root.json
+			return runFabricPerf(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func runFabricPerf(ctx context.Context, o *fabricPerfOptions, stdout io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -150,7 +154,7 @@ func runFabricPerf(ctx context.Context, o *fabricPerfFlags, stdout io.Writer) er
 		return fmt.Errorf("fabric perf: %s nsid %d on %s: %w", o.nqn, o.nsid, o.connect, err)
 	}
 	res := fabricPerfResult{Addr: o.connect, NQN: o.nqn, NSID: o.nsid, Cores: o.cores, Queues: queues, Result: r}
-	if jsonOut {
+	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if e := enc.Encode(res); e != nil {

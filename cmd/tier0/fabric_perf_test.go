@@ -46,13 +46,10 @@ func perfTarget(t *testing.T, nqn string, size int64) (string, *local.Memory) {
 func TestFabricPerfLoopback(t *testing.T) {
 	const nqn = "nqn.2026-12.io.tier0.test:perf"
 	addr, mem := perfTarget(t, nqn, 8<<20)
-	old := jsonOut
-	jsonOut = true
-	defer func() { jsonOut = old }()
 	for _, w := range []struct{ workload, bs string }{{"randwrite", "4k"}, {"randread", "4k"}, {"write", "128k"}, {"read", "128K"}} {
 		var out bytes.Buffer
-		o := fabricPerfFlags{connect: addr, nqn: nqn, nsid: 1, workload: w.workload, bs: w.bs, qd: 8, cores: 1,
-			duration: 200 * time.Millisecond, region: "4M"}
+		o := fabricPerfOptions{connect: addr, nqn: nqn, nsid: 1, workload: w.workload, bs: w.bs, qd: 8, cores: 1,
+			duration: 200 * time.Millisecond, region: "4M", json: true}
 		if err := runFabricPerf(context.Background(), &o, &out); err != nil {
 			t.Fatalf("%s: %v", w.workload, err)
 		}
@@ -87,7 +84,7 @@ func TestFabricPerfHumanOutput(t *testing.T) {
 	const nqn = "nqn.2026-12.io.tier0.test:perf-text"
 	addr, _ := perfTarget(t, nqn, 1<<20)
 	var out bytes.Buffer
-	o := fabricPerfFlags{connect: addr, nqn: nqn, nsid: 1, workload: "randread", bs: "4k", qd: 4, cores: 1, queues: 2, duration: 100 * time.Millisecond, region: "0"}
+	o := fabricPerfOptions{connect: addr, nqn: nqn, nsid: 1, workload: "randread", bs: "4k", qd: 4, cores: 1, queues: 2, duration: 100 * time.Millisecond, region: "0"}
 	if err := runFabricPerf(context.Background(), &o, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -99,18 +96,18 @@ func TestFabricPerfHumanOutput(t *testing.T) {
 }
 
 func TestFabricPerfFlagsValidated(t *testing.T) {
-	base := fabricPerfFlags{connect: "127.0.0.1:1", nqn: "nqn.x", workload: "randread", bs: "4k", qd: 32, cores: 1, duration: time.Second, region: "0"}
+	base := fabricPerfOptions{connect: "127.0.0.1:1", nqn: "nqn.x", workload: "randread", bs: "4k", qd: 32, cores: 1, duration: time.Second, region: "0"}
 	for _, tc := range []struct {
-		mod  func(*fabricPerfFlags)
+		mod  func(*fabricPerfOptions)
 		want string
 	}{
-		{func(o *fabricPerfFlags) { o.connect = "" }, "--connect"},
-		{func(o *fabricPerfFlags) { o.workload = "mixed" }, `"mixed"`},
-		{func(o *fabricPerfFlags) { o.bs = "4q" }, "--bs"},
-		{func(o *fabricPerfFlags) { o.qd = 0 - 1 }, "queue depth -1"},
-		{func(o *fabricPerfFlags) { o.cores = 0 }, "--cores 0"},
-		{func(o *fabricPerfFlags) { o.duration = 0 }, "--time"},
-		{func(o *fabricPerfFlags) { o.region = "x" }, "--region"},
+		{func(o *fabricPerfOptions) { o.connect = "" }, "--connect"},
+		{func(o *fabricPerfOptions) { o.workload = "mixed" }, `"mixed"`},
+		{func(o *fabricPerfOptions) { o.bs = "4q" }, "--bs"},
+		{func(o *fabricPerfOptions) { o.qd = 0 - 1 }, "queue depth -1"},
+		{func(o *fabricPerfOptions) { o.cores = 0 }, "--cores 0"},
+		{func(o *fabricPerfOptions) { o.duration = 0 }, "--time"},
+		{func(o *fabricPerfOptions) { o.region = "x" }, "--region"},
 	} {
 		o := base
 		tc.mod(&o)

@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/blockdev/local"
@@ -26,7 +27,8 @@ import (
 	"tier0/daemon/target"
 )
 
-type fabricServeFlags struct {
+// fabricServeOptions are the flags of fabric serve.
+type fabricServeOptions struct {
 	listen, discoveryListen, advertise string
 	nqn                                string
 	ns                                 []string
@@ -42,31 +44,10 @@ type fabricServeFlags struct {
 	dhchapSecret, dhchapCtrlSecret     string
 	dhchapGroups                       []string
 	cpuProfile                         string
+	json                               bool // the root's --json, set when the command runs
 }
 
-var fabricServeOpts fabricServeFlags
-
-var fabricServeCmd = &cobra.Command{
-	Use:   "serve --nqn NQN --ns PATH|mem:SIZE [--ns ...]",
-	Short: "Serve files or block devices as an NVMe/TCP subsystem (a standalone target)",
-	Long: `Serve files or block devices as the namespaces (1, 2, ...) of one NVMe/TCP
-subsystem until interrupted. The same port answers discovery; --discovery-listen
-adds a second port such as :8009. Namespace NGUID/UUID are derived from the
-NQN and namespace ID, so two nodes serving the same NQN present one multipath
-namespace; give each node its own --cntlid-base range. --ns mem:512M serves
-512 MiB of this process's memory (gone when serve exits): the target's own
-cost, apart from any file system, for benchmarks such as tier0 fabric perf.`,
-	Args: cobra.NoArgs,
-	RunE: func(cmd *cobra.Command, _ []string) error {
-		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return runFabricServe(ctx, &fabricServeOpts, cmd.OutOrStdout(), cmd.ErrOrStderr())
-	},
-}
-
-func init() {
-	f := fabricServeCmd.Flags()
-	o := &fabricServeOpts
+func (o *fabricServeOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.listen, "listen", "0.0.0.0:4420", "ADDR:PORT to serve I/O and discovery on")
 	f.StringVar(&o.discoveryListen, "discovery-listen", "", "optional second ADDR:PORT, e.g. :8009 (the well-known discovery port)")
 	f.StringVar(&o.advertise, "advertise", "", "ADDR:PORT written into discovery log entries (default: the listen address)")
@@ -86,20 +67,30 @@ func init() {
 	f.StringVar(&o.dhchapSecret, "dhchap-secret", "", "require DH-HMAC-CHAP: the hosts' secret DHHC-1:..: (or file:PATH); see docs/SECURITY.md")
 	f.StringVar(&o.dhchapCtrlSecret, "dhchap-ctrl-secret", "", "controller secret for bidirectional DH-HMAC-CHAP (or file:PATH)")
 	f.StringSliceVar(&o.dhchapGroups, "dhchap-dhgroup", nil, "acceptable DH groups in preference order (default ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192,null)")
-	fabricServeGroup().AddCommand(fabricServeCmd)
 }
 
-// fabricServeGroup returns the `tier0 fabric` group, creating it when no
-// other verb file registered it first.
-func fabricServeGroup() *cobra.Command {
-	for _, c := range rootCmd.Commands() {
-		if c.Name() == "fabric" {
-			return c
-		}
+func newFabricServeCmd(root *rootOptions) *cobra.Command {
+	o := &fabricServeOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve --nqn NQN --ns PATH|mem:SIZE [--ns ...]",
+		Short: "Serve files or block devices as an NVMe/TCP subsystem (a standalone target)",
+		Long: `Serve files or block devices as the namespaces (1, 2, ...) of one NVMe/TCP
+subsystem until interrupted. The same port answers discovery; --discovery-listen
+adds a second port such as :8009. Namespace NGUID/UUID are derived from the
+NQN and namespace ID, so two nodes serving the same NQN present one multipath
+namespace; give each node its own --cntlid-base range. --ns mem:512M serves
+512 MiB of this process's memory (gone when serve exits): the target's own
+cost, apart from any file system, for benchmarks such as tier0 fabric perf.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			o.json = root.json
+			return runFabricServe(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
-	g := &cobra.Command{Use: "fabric", Short: "Standalone NVMe/TCP tools: serve a target, read/write/verify through the initiator"}
-	rootCmd.AddCommand(g)
-	return g
+	o.AddFlags(cmd.Flags())
+	return cmd
 }
 
 // serveSize parses a positive size such as "4096", "64K", "1M", "2G",
@@ -118,7 +109,7 @@ func memNamespace(ns string) (size string, ok bool) { return strings.CutPrefix(n
 // openNamespace opens one --ns: a file or block device, or "mem:SIZE", a
 // namespace in this process's memory (for benchmarks: the target's own
 // cost apart from any file system; its data is gone when serve exits).
-func openNamespace(p string, o *fabricServeFlags, size int64, log *slog.Logger) (blockdev.Device, error) {
+func openNamespace(p string, o *fabricServeOptions, size int64, log *slog.Logger) (blockdev.Device, error) {
 	if ms, ok := memNamespace(p); ok {
 		n, err := serveSize(ms)
 		if err != nil {
@@ -182,7 +173,7 @@ func dhchapSecretArg(flag, v string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-func serveDHCHAP(o *fabricServeFlags) (target.DHCHAPConfig, error) {
+func serveDHCHAP(o *fabricServeOptions) (target.DHCHAPConfig, error) {
 	var dc target.DHCHAPConfig
 	var err error
 	if dc.HostSecret, err = dhchapSecretArg("dhchap-secret", o.dhchapSecret); err != nil {
@@ -201,7 +192,7 @@ func serveDHCHAP(o *fabricServeFlags) (target.DHCHAPConfig, error) {
 	return dc, nil
 }
 
-func runFabricServe(ctx context.Context, o *fabricServeFlags, stdout, stderr io.Writer) error {
+func runFabricServe(ctx context.Context, o *fabricServeOptions, stdout, stderr io.Writer) error {
 	if o.nqn == "" || len(o.ns) == 0 {
 		return errors.New("fabric serve: --nqn NQN and at least one --ns PATH are required")
 	}
@@ -260,7 +251,7 @@ func runFabricServe(ctx context.Context, o *fabricServeFlags, stdout, stderr io.
 	}
 	info := fabricServeInfo{Listen: tg.Addr().String(), Advertise: o.advertise, NQN: o.nqn, Namespaces: o.ns, ANAState: state.String(),
 		ANAGroup: o.anaGroup, CntlIDs: [2]int{int(o.cntlidBase), int(o.cntlidBase) + int(o.cntlidCount) - 1}, DHCHAP: dc.HostSecret != ""}
-	if jsonOut {
+	if o.json {
 		if err := json.NewEncoder(stdout).Encode(info); err != nil {
 			return err
 		}

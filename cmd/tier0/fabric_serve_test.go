@@ -19,13 +19,13 @@ import (
 
 func TestFabricServeFlagsValidated(t *testing.T) {
 	for _, tc := range []struct {
-		o    fabricServeFlags
+		o    fabricServeOptions
 		want string
 	}{
-		{fabricServeFlags{ns: []string{"x"}}, "--nqn"},
-		{fabricServeFlags{nqn: "nqn.x"}, "--ns"},
-		{fabricServeFlags{nqn: "nqn.x", ns: []string{"x"}, anaState: "sleepy"}, "--ana-state"},
-		{fabricServeFlags{nqn: "nqn.x", ns: []string{"x"}, anaState: "optimized", size: "lots"}, "--size"},
+		{fabricServeOptions{ns: []string{"x"}}, "--nqn"},
+		{fabricServeOptions{nqn: "nqn.x"}, "--ns"},
+		{fabricServeOptions{nqn: "nqn.x", ns: []string{"x"}, anaState: "sleepy"}, "--ana-state"},
+		{fabricServeOptions{nqn: "nqn.x", ns: []string{"x"}, anaState: "optimized", size: "lots"}, "--size"},
 	} {
 		err := runFabricServe(context.Background(), &tc.o, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -47,7 +47,7 @@ func TestFabricServeFlagsValidated(t *testing.T) {
 // NVMe/TCP connection handshake and a discovery Connect against it.
 func TestFabricServeAnswersICReq(t *testing.T) {
 	dir := t.TempDir()
-	o := fabricServeFlags{listen: "127.0.0.1:0", nqn: "nqn.2026-01.io.tier0:cli", ns: []string{filepath.Join(dir, "ns1.img")},
+	o := fabricServeOptions{listen: "127.0.0.1:0", nqn: "nqn.2026-01.io.tier0:cli", ns: []string{filepath.Join(dir, "ns1.img")},
 		size: "4M", blockSize: 4096, anaState: "optimized", anaGroup: 1, cntlidBase: 1, cntlidCount: 16, buffered: true}
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -99,7 +99,7 @@ func TestFabricServeAnswersICReq(t *testing.T) {
 }
 
 // startServe runs `fabric serve` with o and returns its listen address.
-func startServe(t *testing.T, o fabricServeFlags) string {
+func startServe(t *testing.T, o fabricServeOptions) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -128,7 +128,7 @@ func startServe(t *testing.T, o fabricServeFlags) string {
 // and moves data through both with tier0's host.
 func TestFabricServeMemNamespace(t *testing.T) {
 	const nqn = "nqn.2026-01.io.tier0:mem"
-	addr := startServe(t, fabricServeFlags{listen: "127.0.0.1:0", nqn: nqn, ns: []string{"mem:8M", filepath.Join(t.TempDir(), "f.img")},
+	addr := startServe(t, fabricServeOptions{listen: "127.0.0.1:0", nqn: nqn, ns: []string{"mem:8M", filepath.Join(t.TempDir(), "f.img")},
 		size: "1M", blockSize: 4096, anaState: "optimized", anaGroup: 1, cntlidBase: 1, cntlidCount: 16, buffered: true})
 	c, err := host.Dial(context.Background(), addr, host.Options{SubNQN: nqn, IOQueues: 1, CtrlLossTimeout: -1})
 	if err != nil {
@@ -164,7 +164,7 @@ func TestFabricServeMemNamespace(t *testing.T) {
 
 func TestFabricServeMemNamespaceBadSize(t *testing.T) {
 	for _, ns := range []string{"mem:", "mem:lots", "mem:0", "mem:1000"} {
-		o := fabricServeFlags{listen: "127.0.0.1:0", nqn: "nqn.x", ns: []string{ns}, blockSize: 4096, anaState: "optimized", anaGroup: 1, cntlidBase: 1, cntlidCount: 1}
+		o := fabricServeOptions{listen: "127.0.0.1:0", nqn: "nqn.x", ns: []string{ns}, blockSize: 4096, anaState: "optimized", anaGroup: 1, cntlidBase: 1, cntlidCount: 1}
 		err := runFabricServe(context.Background(), &o, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), ns) {
 			t.Errorf("--ns %s: error %v, want one naming it", ns, err)

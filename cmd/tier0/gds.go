@@ -16,6 +16,7 @@ import (
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/gds"
 )
@@ -32,21 +33,40 @@ func (e gdsExitError) ExitCode() int { return e.code }
 
 const gdsExitUsage = 2
 
-func newGdsCmd() *cobra.Command {
+// newGdsCmd is `tier0 gds validate|stats`.
+func newGdsCmd(root *rootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gds",
 		Short: "GPUDirect Storage: prove the direct nvidia-fs path, show its counters",
 	}
-	cmd.AddCommand(newGdsValidateCmd(), newGdsStatsCmd())
+	cmd.AddCommand(newGdsValidateCmd(root), newGdsStatsCmd(root))
 	return cmd
 }
 
-func newGdsValidateCmd() *cobra.Command {
-	var (
-		o            gds.Options
-		size, ioSize string
-		verbose      bool
-	)
+// gdsValidateOptions are the flags of gds validate: the validator's
+// options and the sizes as given.
+type gdsValidateOptions struct {
+	gds.Options
+	size, ioSize string
+	verbose      bool
+}
+
+func (o *gdsValidateOptions) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.File, "file", "", "file or block device to read (must support O_DIRECT)")
+	f.StringVar(&o.Dir, "dir", "", "directory in which to write, read and remove a test file")
+	f.IntVar(&o.GPU, "gpu", 0, "CUDA device ordinal")
+	f.StringVar(&o.size, "size", "", "bytes to read (default: the whole file, or 1G with --dir)")
+	f.StringVar(&o.ioSize, "io-size", "1M", "size of one read")
+	f.IntVar(&o.Threads, "threads", 4, "concurrent readers, one GPU buffer each")
+	f.BoolVar(&o.Strict, "strict", false, "disable cuFile compat mode so a missing direct path fails loudly")
+	f.BoolVar(&o.SkipCPUOnly, "no-cpu-only", false, "skip the CPU_ONLY comparison")
+	f.StringVar(&o.BaseConfig, "cufile-json", "", "site cufile.json to start from (default $CUFILE_ENV_PATH_JSON or /etc/cufile.json)")
+	f.StringVar(&o.WorkDir, "work-dir", "", "keep the run's cufile.json and cufile.log here (default: a temporary directory, kept only when the proof fails)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "log progress to stderr")
+}
+
+func newGdsValidateCmd(root *rootOptions) *cobra.Command {
+	o := &gdsValidateOptions{}
 	cmd := &cobra.Command{
 		Use:   "validate --file PATH|--dir DIR [--gpu N] [--size S] [--io-size S] [--threads N] [--strict]",
 		Short: "read into GPU memory through cuFile and prove the nvfs DMA path was used",
@@ -57,53 +77,45 @@ into pinned memory, copy to the GPU) for comparison.
 
 Exit codes: 0 proven, 1 proof failed, 3 not available on this host, 2 usage.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if size != "" {
-				if o.Size, err = gds.ParseSize(size); err != nil {
-					return gdsExitError{gdsExitUsage, err.Error()}
-				}
-			}
-			io, err := gds.ParseSize(ioSize)
-			if err != nil {
-				return gdsExitError{gdsExitUsage, err.Error()}
-			}
-			o.IOSize = int(io)
-			if verbose {
-				o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			}
-			v, err := gds.Validate(cmd.Context(), o)
-			if err != nil {
-				if errors.Is(err, gds.ErrUsage) {
-					return gdsExitError{gdsExitUsage, err.Error()}
-				}
-				return err
-			}
-			if err := printVerdict(cmd.OutOrStdout(), v); err != nil {
-				return err
-			}
-			if code := v.ExitCode(); code != 0 {
-				return gdsExitError{code, v.Summary()}
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runGdsValidate(cmd, root.json, o) },
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.File, "file", "", "file or block device to read (must support O_DIRECT)")
-	f.StringVar(&o.Dir, "dir", "", "directory in which to write, read and remove a test file")
-	f.IntVar(&o.GPU, "gpu", 0, "CUDA device ordinal")
-	f.StringVar(&size, "size", "", "bytes to read (default: the whole file, or 1G with --dir)")
-	f.StringVar(&ioSize, "io-size", "1M", "size of one read")
-	f.IntVar(&o.Threads, "threads", 4, "concurrent readers, one GPU buffer each")
-	f.BoolVar(&o.Strict, "strict", false, "disable cuFile compat mode so a missing direct path fails loudly")
-	f.BoolVar(&o.SkipCPUOnly, "no-cpu-only", false, "skip the CPU_ONLY comparison")
-	f.StringVar(&o.BaseConfig, "cufile-json", "", "site cufile.json to start from (default $CUFILE_ENV_PATH_JSON or /etc/cufile.json)")
-	f.StringVar(&o.WorkDir, "work-dir", "", "keep the run's cufile.json and cufile.log here (default: a temporary directory, kept only when the proof fails)")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log progress to stderr")
+	o.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func printVerdict(w io.Writer, v gds.Verdict) error {
+func runGdsValidate(cmd *cobra.Command, jsonOut bool, vo *gdsValidateOptions) error {
+	o := vo.Options
+	var err error
+	if vo.size != "" {
+		if o.Size, err = gds.ParseSize(vo.size); err != nil {
+			return gdsExitError{gdsExitUsage, err.Error()}
+		}
+	}
+	io, err := gds.ParseSize(vo.ioSize)
+	if err != nil {
+		return gdsExitError{gdsExitUsage, err.Error()}
+	}
+	o.IOSize = int(io)
+	if vo.verbose {
+		o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	}
+	v, err := gds.Validate(cmd.Context(), o)
+	if err != nil {
+		if errors.Is(err, gds.ErrUsage) {
+			return gdsExitError{gdsExitUsage, err.Error()}
+		}
+		return err
+	}
+	if err := printVerdict(cmd.OutOrStdout(), jsonOut, v); err != nil {
+		return err
+	}
+	if code := v.ExitCode(); code != 0 {
+		return gdsExitError{code, v.Summary()}
+	}
+	return nil
+}
+
+func printVerdict(w io.Writer, jsonOut bool, v gds.Verdict) error {
 	if jsonOut {
 		return gdsWriteJSON(w, v)
 	}
@@ -171,17 +183,26 @@ func gdsDataRow(ev gds.Evidence) string {
 	return "GPU buffers match the file"
 }
 
-func newGdsStatsCmd() *cobra.Command {
-	var path string
+// gdsStatsOptions are the flags of gds stats.
+type gdsStatsOptions struct {
+	path string
+}
+
+func (o *gdsStatsOptions) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.path, "file", gds.DefaultNvfsStatsPath, "nvidia-fs stats file, or a saved `gds_stats -l 3` output")
+}
+
+func newGdsStatsCmd(root *rootOptions) *cobra.Command {
+	o := &gdsStatsOptions{}
 	cmd := &cobra.Command{
 		Use:   "stats [--file /proc/driver/nvidia-fs/stats]",
 		Short: "print the nvidia-fs kernel counters (or saved gds_stats output)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := os.ReadFile(path)
+			b, err := os.ReadFile(o.path)
 			if err != nil {
-				if errors.Is(err, os.ErrNotExist) && path == gds.DefaultNvfsStatsPath {
-					return gdsExitError{gds.ExitNotAvailable, fmt.Sprintf("not available on this host: nvidia-fs kernel module not loaded (%s missing)", path)}
+				if errors.Is(err, os.ErrNotExist) && o.path == gds.DefaultNvfsStatsPath {
+					return gdsExitError{gds.ExitNotAvailable, fmt.Sprintf("not available on this host: nvidia-fs kernel module not loaded (%s missing)", o.path)}
 				}
 				return err
 			}
@@ -189,22 +210,22 @@ func newGdsStatsCmd() *cobra.Command {
 			if bytes.HasPrefix(bytes.TrimSpace(b), []byte("cuFile STATS VERSION")) {
 				s, err := gds.ParseGdsStats(bytes.NewReader(b))
 				if err != nil {
-					return fmt.Errorf("%s: %w", path, err)
+					return fmt.Errorf("%s: %w", o.path, err)
 				}
-				return printGdsStats(w, s)
+				return printGdsStats(w, root.json, s)
 			}
 			s, err := gds.ParseNvfsStats(bytes.NewReader(b))
 			if err != nil {
-				return fmt.Errorf("%s: %w", path, err)
+				return fmt.Errorf("%s: %w", o.path, err)
 			}
-			return printNvfsStats(w, s)
+			return printNvfsStats(w, root.json, s)
 		},
 	}
-	cmd.Flags().StringVar(&path, "file", gds.DefaultNvfsStatsPath, "nvidia-fs stats file, or a saved `gds_stats -l 3` output")
+	o.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func printNvfsStats(w io.Writer, s *gds.NvfsStats) error {
+func printNvfsStats(w io.Writer, jsonOut bool, s *gds.NvfsStats) error {
 	if jsonOut {
 		return gdsWriteJSON(w, s)
 	}
@@ -232,7 +253,7 @@ func printNvfsStats(w io.Writer, s *gds.NvfsStats) error {
 	return t.Render()
 }
 
-func printGdsStats(w io.Writer, s *gds.CufileStats) error {
+func printGdsStats(w io.Writer, jsonOut bool, s *gds.CufileStats) error {
 	if jsonOut {
 		return gdsWriteJSON(w, s)
 	}
@@ -272,5 +293,3 @@ func gdsWriteJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
-
-func init() { rootCmd.AddCommand(newGdsCmd()) }

@@ -25,15 +25,11 @@ func needCgoGds(t *testing.T) {
 func runGdsCLI(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer
-	rootCmd.SetOut(&out)
-	rootCmd.SetErr(&out)
-	rootCmd.SetArgs(args)
-	defer func() {
-		rootCmd.SetArgs(nil)
-		rootCmd.SetOut(nil)
-		rootCmd.SetErr(nil)
-	}()
-	err := rootCmd.Execute()
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
 	code := 0
 	if err != nil {
 		code = exitCode(err)

@@ -10,41 +10,38 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/daemon/api"
 	"tier0/daemon/cluster"
 )
 
-// `tier0 node list|drain|undrain|health`.
-func init() {
-	nodeCmd := addClusterFlags(&cobra.Command{
+// newNodeCmd is `tier0 node list|drain|undrain|health`.
+func newNodeCmd(root *rootOptions) *cobra.Command {
+	nodeCmd := &cobra.Command{
 		Use:   "node",
 		Short: "List nodes, drain a node for maintenance and undrain it, show a node's health",
-	})
-	nodeCmd.AddCommand(&cobra.Command{
+	}
+	o := newClusterGroup(root, nodeCmd)
+	nodeCmd.AddCommand(newNodeListCmd(o), newDrainCmd(o, true), newDrainCmd(o, false), newNodeHealthCmd(o))
+	return nodeCmd
+}
+
+func newNodeListCmd(o *clusterOptions) *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List every node: failure domain, state, draining, drives, arrays owned",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			s, err := c.status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if jsonOut {
+			nodes := func(s api.Status) []cluster.NodeView {
 				if s.Nodes == nil {
-					s.Nodes = []cluster.NodeView{}
+					return []cluster.NodeView{}
 				}
-				return mgmtJSON(cmd.OutOrStdout(), s.Nodes)
+				return s.Nodes
 			}
-			return printNodes(cmd.OutOrStdout(), s.Nodes)
+			return show(cmd, o, clusterStatus(nodes), printNodes)
 		},
-	})
-	nodeCmd.AddCommand(drainCmd(true), drainCmd(false), nodeHealthCmd())
-	rootCmd.AddCommand(nodeCmd)
+	}
 }
 
 // moveResult is the JSON answer of drain and undrain.
@@ -56,9 +53,21 @@ type moveResult struct {
 	Result string `json:"result"`
 }
 
-func drainCmd(drain bool) *cobra.Command {
-	var wait bool
-	var waitTimeout time.Duration
+// drainOptions are the flags of node drain and node undrain.
+type drainOptions struct {
+	cluster     *clusterOptions
+	drain       bool // drain, else undrain
+	wait        bool
+	waitTimeout time.Duration
+}
+
+func (o *drainOptions) AddFlags(fs *pflag.FlagSet, waitHelp string) {
+	fs.BoolVar(&o.wait, "wait", false, waitHelp)
+	fs.DurationVar(&o.waitTimeout, "wait-timeout", 30*time.Minute, "give up waiting after this long (exit 1)")
+}
+
+func newDrainCmd(co *clusterOptions, drain bool) *cobra.Command {
+	o := &drainOptions{cluster: co, drain: drain}
 	action, short, long, waitHelp := "drain", "Move every array off a node (before maintenance)",
 		"Record that NODE is to be drained: the coordinator hands every array the node\n"+
 			"owns to the least loaded eligible node (a planned hand-off: the old owner\n"+
@@ -76,59 +85,61 @@ func drainCmd(drain bool) *cobra.Command {
 		Short: short,
 		Long:  long,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			node := args[0]
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			err = c.call(ctx, func(cl *api.Client) error {
-				if drain {
-					return cl.Drain(ctx, node)
-				}
-				return cl.Undrain(ctx, node)
-			})
-			if errors.Is(err, api.ErrNotFound) {
-				return fmt.Errorf("%w; see `tier0 node list` for the nodes", err)
-			}
-			if err != nil {
-				return err
-			}
-			res := moveResult{Node: node, Action: action, Result: "accepted"}
-			w := cmd.OutOrStdout()
-			if !jsonOut {
-				fmt.Fprintf(w, "%s of node %s accepted\n", action, node)
-			}
-			if wait {
-				pending := undrainPending
-				if drain {
-					pending = drainPending
-				}
-				if err := waitFor(ctx, c, cmd.ErrOrStderr(), waitTimeout, func(s api.Status) []string { return pending(s, node) }); err != nil {
-					return fmt.Errorf("%s of node %s was recorded, but %w", action, node, err)
-				}
-				res.Result = "done"
-			}
-			if jsonOut {
-				return mgmtJSON(w, res)
-			}
-			switch {
-			case wait && drain:
-				fmt.Fprintf(w, "node %s owns no array now; it can be stopped (the arrays with a member on it run degraded meanwhile)\n", node)
-			case wait:
-				fmt.Fprintf(w, "node %s is back: every array is optimal\n", node)
-			case drain:
-				fmt.Fprintf(w, "its arrays move to other nodes in the background; watch with `tier0 status` or `tier0 events --follow`, or wait with --wait\n")
-			default:
-				fmt.Fprintf(w, "its home arrays return once redundant (failback auto); watch with `tier0 status`, or wait with --wait\n")
-			}
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, args []string) error { return runDrain(cmd, o, action, args[0]) },
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, waitHelp)
-	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 30*time.Minute, "give up waiting after this long (exit 1)")
+	o.AddFlags(cmd.Flags(), waitHelp)
 	return cmd
+}
+
+// runDrain records the drain (or undrain) of node and with --wait waits
+// until it is done.
+func runDrain(cmd *cobra.Command, o *drainOptions, action, node string) error {
+	c, err := o.cluster.connect()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	err = c.call(ctx, func(cl *api.Client) error {
+		if o.drain {
+			return cl.Drain(ctx, node)
+		}
+		return cl.Undrain(ctx, node)
+	})
+	if errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("%w; see `tier0 node list` for the nodes", err)
+	}
+	if err != nil {
+		return err
+	}
+	res := moveResult{Node: node, Action: action, Result: "accepted"}
+	w := cmd.OutOrStdout()
+	if !o.cluster.root.json {
+		fmt.Fprintf(w, "%s of node %s accepted\n", action, node)
+	}
+	if o.wait {
+		pending := undrainPending
+		if o.drain {
+			pending = drainPending
+		}
+		if err := waitFor(ctx, c, cmd.ErrOrStderr(), o.cluster.root.poll, o.waitTimeout, func(s api.Status) []string { return pending(s, node) }); err != nil {
+			return fmt.Errorf("%s of node %s was recorded, but %w", action, node, err)
+		}
+		res.Result = "done"
+	}
+	if o.cluster.root.json {
+		return mgmtJSON(w, res)
+	}
+	switch {
+	case o.wait && o.drain:
+		fmt.Fprintf(w, "node %s owns no array now; it can be stopped (the arrays with a member on it run degraded meanwhile)\n", node)
+	case o.wait:
+		fmt.Fprintf(w, "node %s is back: every array is optimal\n", node)
+	case o.drain:
+		fmt.Fprintf(w, "its arrays move to other nodes in the background; watch with `tier0 status` or `tier0 events --follow`, or wait with --wait\n")
+	default:
+		fmt.Fprintf(w, "its home arrays return once redundant (failback auto); watch with `tier0 status`, or wait with --wait\n")
+	}
+	return nil
 }
 
 // drainPending lists what keeps a drain of node from being complete.
@@ -180,10 +191,10 @@ func undrainPending(s api.Status, node string) []string {
 // waitFor polls the cluster view until pending returns nothing, printing
 // what it still waits for whenever that changes. Unreachable nodes are
 // retried (the node asked may be the one being restarted).
-func waitFor(ctx context.Context, c *clusterConn, log io.Writer, timeout time.Duration, pending func(api.Status) []string) error {
+func waitFor(ctx context.Context, c *clusterConn, log io.Writer, poll, timeout time.Duration, pending func(api.Status) []string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	t := time.NewTicker(mgmtPoll)
+	t := time.NewTicker(poll)
 	defer t.Stop()
 	last := ""
 	for {
@@ -217,7 +228,7 @@ func waitFor(ctx context.Context, c *clusterConn, log io.Writer, timeout time.Du
 	}
 }
 
-func nodeHealthCmd() *cobra.Command {
+func newNodeHealthCmd(o *clusterOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "health [NODE]",
 		Short: "Show one node's storage health as that node reports it (Slurm's input)",
@@ -226,49 +237,26 @@ func nodeHealthCmd() *cobra.Command {
 			"Without NODE, the first node that answers reports on itself.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			if len(args) == 1 {
-				if err := c.only(args[0]); err != nil {
-					return err
+			get := func(ctx context.Context, c *clusterConn) (api.NodeHealth, error) {
+				var h api.NodeHealth
+				if len(args) == 1 {
+					if err := c.Only(args[0]); err != nil {
+						return h, err
+					}
 				}
+				err := c.call(ctx, func(cl *api.Client) error {
+					var err error
+					h, err = cl.NodeHealth(ctx)
+					return err
+				})
+				if err == nil && len(args) == 1 && h.Node != args[0] {
+					err = fmt.Errorf("asked for node %s's health but %s answered; point --api at node %s's API", args[0], h.Node, args[0])
+				}
+				return h, err
 			}
-			var h api.NodeHealth
-			err = c.call(cmd.Context(), func(cl *api.Client) error {
-				h, err = cl.NodeHealth(cmd.Context())
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if len(args) == 1 && h.Node != args[0] {
-				return fmt.Errorf("asked for node %s's health but %s answered; point --api at node %s's API", args[0], h.Node, args[0])
-			}
-			if jsonOut {
-				return mgmtJSON(cmd.OutOrStdout(), h)
-			}
-			return printHealth(cmd.OutOrStdout(), h)
+			return show(cmd, o, get, printHealth)
 		},
 	}
-}
-
-// only narrows the connection to node's endpoint (site configurations
-// name their nodes; with --api the answer is checked instead).
-func (c *clusterConn) only(node string) error {
-	var names []string
-	for _, ep := range c.eps {
-		if ep.node == node {
-			c.eps = []endpoint{ep}
-			return nil
-		}
-		names = append(names, ep.node)
-	}
-	if len(c.eps) == 1 && c.eps[0].node == "" {
-		return nil
-	}
-	return fmt.Errorf("node %q is not in %s; its nodes are %s", node, c.source, strings.Join(names, ", "))
 }
 
 func printHealth(w io.Writer, h api.NodeHealth) error {

@@ -5,13 +5,24 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"tier0/bench"
 	"tier0/reports"
 )
 
-func init() {
-	var outDir string
+// reportOptions are the flags of `tier0 report`.
+type reportOptions struct {
+	outDir string
+}
+
+func (o *reportOptions) AddFlags(f *pflag.FlagSet) {
+	f.StringVarP(&o.outDir, "out", "o", "tier0-report", "folder to write report.html, report.md and img/ into")
+}
+
+// newReportCmd is `tier0 report RESULTS.json`.
+func newReportCmd(root *rootOptions) *cobra.Command {
+	o := &reportOptions{}
 	cmd := &cobra.Command{
 		Use:   "report RESULTS.json",
 		Short: "Print a bench/validate results file as tables and write the HTML and Markdown report",
@@ -28,16 +39,16 @@ With --json it prints the written paths as JSON instead of the tables.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if !jsonOut {
+			if !root.json {
 				if err := reports.WriteTables(out, res); err != nil {
 					return err
 				}
 			}
-			paths, err := reports.Generate(res, outDir)
+			paths, err := reports.Generate(res, o.outDir)
 			if err != nil {
 				return err
 			}
-			if jsonOut {
+			if root.json {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(paths)
@@ -46,6 +57,6 @@ With --json it prints the written paths as JSON instead of the tables.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVarP(&outDir, "out", "o", "tier0-report", "folder to write report.html, report.md and img/ into")
-	rootCmd.AddCommand(cmd)
+	o.AddFlags(cmd.Flags())
+	return cmd
 }

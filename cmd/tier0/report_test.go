@@ -11,10 +11,10 @@ import (
 func TestReportVerb(t *testing.T) {
 	out := t.TempDir()
 	var buf bytes.Buffer
-	rootCmd.SetOut(&buf)
-	rootCmd.SetArgs([]string{"report", filepath.Join("..", "..", "reports", "testdata", "minimal.json"), "--out", out})
-	defer rootCmd.SetArgs(nil)
-	if err := rootCmd.Execute(); err != nil {
+	root := newRootCmd()
+	root.SetOut(&buf)
+	root.SetArgs([]string{"report", filepath.Join("..", "..", "reports", "testdata", "minimal.json"), "--out", out})
+	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
 	if s := buf.String(); !strings.Contains(s, "SIDE BY SIDE WITH THE SEED") || !strings.Contains(s, "NOT RUN") {

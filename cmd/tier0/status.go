@@ -13,9 +13,9 @@ import (
 	"tier0/daemon/cluster"
 )
 
-// `tier0 status`: the cluster at a glance.
-func init() {
-	rootCmd.AddCommand(addClusterFlags(&cobra.Command{
+// newStatusCmd is `tier0 status`: the cluster at a glance.
+func newStatusCmd(root *rootOptions) *cobra.Command {
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster at a glance: coordinator, nodes, arrays, rebuild progress",
 		Long: "Show the cluster as the first node that answers sees it: the coordinator,\n" +
@@ -23,21 +23,12 @@ func init() {
 			"members, and a progress bar for every member being resynced or rebuilt.\n" +
 			"With --json: the API's /v1/status object.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect()
-			if err != nil {
-				return err
-			}
-			s, err := c.status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if jsonOut {
-				return mgmtJSON(cmd.OutOrStdout(), s)
-			}
-			return printStatus(cmd.OutOrStdout(), s)
-		},
-	}))
+	}
+	o := newClusterGroup(root, cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return show(cmd, o, clusterStatus(func(s api.Status) api.Status { return s }), printStatus)
+	}
+	return cmd
 }
 
 func printStatus(w io.Writer, s api.Status) error {

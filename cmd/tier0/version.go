@@ -9,14 +9,15 @@ import (
 	"tier0/internal/version"
 )
 
-func init() {
-	rootCmd.AddCommand(&cobra.Command{
+// newVersionCmd is `tier0 version`.
+func newVersionCmd(root *rootOptions) *cobra.Command {
+	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the tier0 version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
-			if jsonOut {
+			if root.json {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(version.Get())
@@ -24,5 +25,5 @@ func init() {
 			_, err := fmt.Fprintln(out, version.String())
 			return err
 		},
-	})
+	}
 }
