@@ -11,12 +11,16 @@ import (
 	"tier0/daemon/config"
 	"tier0/daemon/nvme"
 	"tier0/daemon/raid"
+	"tier0/daemon/store"
 	"tier0/daemon/target"
 )
 
 // anaGroup is the ANA group of every array subsystem: one namespace, one
 // group per subsystem.
 const anaGroup = 1
+
+// frontendNSID is the namespace ID of an array's frontend namespace.
+const frontendNSID = 1
 
 // served is one configured array as this node sees it: the frontend
 // namespace (always present), and, while this node owns the array, the
@@ -45,6 +49,10 @@ type served struct {
 	// assembly, so that self-fencing can always take it at once.
 	anaMu sync.Mutex
 	ana   nvme.ANAState
+
+	// resv stores the hosts' reservations of the frontend namespace: the
+	// cluster store (resvstate.go); nil without a store (the target's own).
+	resv target.ReservationBackend
 }
 
 // markFailed records that the array lost more members than its parity and
@@ -252,6 +260,10 @@ func (n *Node) startFrontend(ctx context.Context) error {
 			ANAStates: map[uint32]nvme.ANAState{anaGroup: nvme.ANAInaccessible},
 			DHCHAP:    auth,
 		}
+		if n.st != nil {
+			s.resv = &clusterResv{s: s, rs: store.NewReservations(n.st.Client(), n.key())}
+			sc.Reservations = s.resv
+		}
 		if len(n.cfg.Fabrics.Frontend.AllowHosts) > 0 {
 			sc.AllowedHosts = n.cfg.Fabrics.Frontend.AllowHosts
 		} else {
@@ -261,7 +273,7 @@ func (n *Node) startFrontend(ctx context.Context) error {
 			return fmt.Errorf("frontend subsystem %s: %w", s.nqn, err)
 		}
 		if err := t.AddNamespace(s.nqn, target.NamespaceConfig{
-			NSID:     1,
+			NSID:     frontendNSID,
 			Device:   s.gate,
 			NGUID:    derive16("array", n.cfg.Cluster, a.Name),
 			UUID:     derive16("array-uuid", n.cfg.Cluster, a.Name),
@@ -276,6 +288,9 @@ func (n *Node) startFrontend(ctx context.Context) error {
 		return fmt.Errorf("frontend target on %s: %w", n.me.ListenAddr(n.me.Frontend), err)
 	}
 	n.frontend = t
+	if n.st != nil {
+		go n.watchReservations(ctx, store.NewReservations(n.st.Client(), n.key()))
+	}
 	return nil
 }
 
@@ -336,6 +351,13 @@ func (n *Node) remoteDriveSize(drive string) int64 {
 // has failed here, so that no action racing with self-fencing can turn a
 // fenced path back on.
 func (s *served) setANA(st nvme.ANAState) error {
+	if st == nvme.ANAOptimized {
+		// The hosts' reservations as the store has them, before the first
+		// command through this path; outside anaMu (a store read).
+		if err := s.syncReservation(); err != nil {
+			return fmt.Errorf("array %s: ANA optimized refused: %w", s.cfg.Name, err)
+		}
+	}
 	s.anaMu.Lock()
 	defer s.anaMu.Unlock()
 	if st == nvme.ANAOptimized {
