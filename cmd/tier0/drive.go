@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -160,17 +161,9 @@ func newDriveFailCmd(co *clusterOptions) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			drive := args[0]
-			c, err := o.cluster.connect()
+			c, arrays, err := driveArrays(cmd.Context(), o.cluster, drive)
 			if err != nil {
 				return err
-			}
-			s, err := c.status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			arrays, known := arraysOf(s, drive)
-			if !known {
-				return fmt.Errorf("drive %q is on no node of the cluster (%w); see `tier0 drive list`", drive, api.ErrNotFound)
 			}
 			if lose := failWouldLose(arrays, drive); len(lose) > 0 && !o.force {
 				return fmt.Errorf("refusing to fail drive %s: array(s) %s would become unreadable; wait for their resync/rebuild (tier0 status), or give --force if the drive is dead anyway",
@@ -193,21 +186,31 @@ func newDriveReplaceCmd(o *clusterOptions) *cobra.Command {
 			"array it is a member of rebuilds onto it. Watch with `tier0 status`.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.connect()
+			c, arrays, err := driveArrays(cmd.Context(), o, args[0])
 			if err != nil {
 				return err
-			}
-			s, err := c.status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			arrays, known := arraysOf(s, args[0])
-			if !known {
-				return fmt.Errorf("drive %q is on no node of the cluster (%w); see `tier0 drive list`", args[0], api.ErrNotFound)
 			}
 			return mutateDrive(cmd, o, c, args[0], "replace", arrays)
 		},
 	}
+}
+
+// driveArrays connects and lists the arrays drive is a member of; a drive
+// that no node has is an error.
+func driveArrays(ctx context.Context, o *clusterOptions, drive string) (*clusterConn, []api.Array, error) {
+	c, err := o.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := c.status(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	arrays, known := arraysOf(s, drive)
+	if !known {
+		return nil, nil, fmt.Errorf("drive %q is on no node of the cluster (%w); see `tier0 drive list`", drive, api.ErrNotFound)
+	}
+	return c, arrays, nil
 }
 
 func mutateDrive(cmd *cobra.Command, o *clusterOptions, c *clusterConn, drive, action string, arrays []api.Array) error {
