@@ -1,7 +1,8 @@
 # Linux test guest (test/vm): QEMU, the initramfs tools, and nvme-cli/fio whose
-# binaries and libraries are copied into the guest. python3 extracts the
+# binaries and libraries are copied into the guest (xfsprogs: the file system
+# through a failover, test/cluster). python3 extracts the
 # uncompressed vmlinux; socat relays guestfwd connections.
-APT_PACKAGES="qemu-system-x86 qemu-utils busybox-static kmod cpio zstd fio nvme-cli python3 socat"
+APT_PACKAGES="qemu-system-x86 qemu-utils busybox-static kmod cpio zstd fio nvme-cli python3 socat xfsprogs"
 
 # Download Debian's kernel package once (into build/vm/debs) so that the first
 # guest test does not depend on the package mirror; the image itself is built
