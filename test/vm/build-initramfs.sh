@@ -4,9 +4,10 @@
 # Usage: build-initramfs.sh OUTDIR            build OUTDIR/{vmlinux,vmlinuz,initramfs.img,KVER}
 #        build-initramfs.sh --fetch-kernel    only download the kernel package
 #
-# The guest boots Debian 12's packaged kernel with busybox, kmod, nvme-cli and
-# fio in an initramfs, so tests get the real Linux NVMe/TCP host (native
-# multipath, ANA) and nvmet-tcp target. Host packages come from
+# The guest boots Debian 12's packaged kernel with busybox, kmod, nvme-cli,
+# fio and (when installed here) xfsprogs in an initramfs, so tests get the
+# real Linux NVMe/TCP host (native multipath, ANA), the nvmet-tcp target and
+# XFS. Host packages come from
 # scripts/deps.d/vm.sh (make deps). The kernel .deb is cached in $KDEB_DIR
 # (default: build/vm/debs under the repository root).
 #
@@ -81,6 +82,13 @@ copy_bin() {   # $1 = host path, $2 = path inside rootfs (default: same)
 copy_bin /usr/sbin/nvme
 copy_bin /usr/bin/fio
 copy_bin /usr/bin/kmod
+# xfsprogs (test/cluster's file system through a failover): optional, so
+# that the image still builds without it; the test reports it missing.
+for b in mkfs.xfs xfs_repair; do
+    p=$(command -v $b || true); [ -n "$p" ] || p=/usr/sbin/$b
+    if [ -x "$p" ]; then copy_bin "$p" "/usr/sbin/$b"
+    else log "no $b on this machine (apt-get install xfsprogs): the guest has no XFS tools"; fi
+done
 # kmod's modprobe (handles softdeps / aliases, e.g. crypto-crc32c requested
 # by the kernel) overrides busybox's applets
 for a in modprobe insmod rmmod lsmod modinfo depmod; do ln -sf kmod "$R/usr/bin/$a"; done
@@ -98,7 +106,8 @@ mkdir -p "$R/etc/nvme"
 MODS="nvme-core nvme-fabrics nvme-tcp nvmet nvmet-tcp configfs
       brd loop null_blk
       virtio_pci virtio_net virtio_blk 9pnet_virtio 9p virtio-rng
-      crc32c-intel crc32c_generic crc64_rocksoft_generic crct10dif-pclmul"
+      crc32c-intel crc32c_generic crc64_rocksoft_generic crct10dif-pclmul
+      xfs"
 mkdir -p "$R/lib/modules/$KVER"
 for m in $MODS; do
     modprobe -d "$KSTAGE" -S "$KVER" --show-depends "$m" 2>/dev/null |
