@@ -52,6 +52,7 @@ var seedClaims = []claim{
 	{text: "With one node lost, random I/O falls in proportion to the nodes (≈80%)", metrics: []string{"Retained with one node lost, random read IOPS", "Retained with one node lost, random write IOPS"}},
 	{text: "With one node lost, mean random latency rises by only 0.6%", metrics: []string{"Mean latency change, random read", "Mean latency change, random write"}},
 	{text: "The storage stays available through the loss of a node, without data loss", checks: []string{"failover: owned arrays moved complete", "failover: I/O continued", "failover: acknowledged blocks verify", "final verify of every array"}},
+	{text: "The file system on top stays mounted and available through the loss of a node", checks: []string{"file system through failover"}},
 	{text: "GPUDirect Storage reads reach GPU memory on the nvidia-fs path, with no POSIX fallback", checks: []string{"gpudirect storage"}},
 }
 

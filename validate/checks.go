@@ -29,6 +29,7 @@ const (
 	CheckFailback       = "failback to home node"
 	CheckRedundancy     = "redundancy restored"
 	CheckFinalVerify    = "final verify of every array"
+	CheckFS             = "file system through failover"
 	CheckSlurm          = "slurm hooks"
 	CheckGDS            = "gpudirect storage"
 	checkInterruptedWhy = "interrupted before this step"
@@ -39,7 +40,7 @@ var AllChecks = []string{
 	CheckRaw, CheckClusterUp, CheckFill, CheckBlock, CheckFrontend,
 	CheckMoved, CheckDegraded, CheckIOContinued, CheckAckVerified, CheckFailoverTime,
 	CheckDegradedBench, CheckRestart, CheckResync, CheckFailback, CheckRedundancy,
-	CheckFinalVerify, CheckSlurm, CheckGDS,
+	CheckFinalVerify, CheckFS, CheckSlurm, CheckGDS,
 }
 
 // FailoverChecks are the checks of the failover story: a node killed

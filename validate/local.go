@@ -3,11 +3,13 @@ package validate
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"tier0/bench"
 	"tier0/daemon/api"
 	"tier0/daemon/config"
 )
@@ -136,4 +138,24 @@ func loadSite(site, work string) (*config.Config, error) {
 		return nil, err
 	}
 	return config.Load(site)
+}
+
+// FSThroughFailover runs, on c, the "file system through failover" check
+// of `tier0 validate --local` (XFS in a Linux guest on the multipath
+// device of victim's home array, a verified file workload through the
+// kill -9 of victim's tier0d, its restart and the failback, then
+// xfs_repair -n) and returns the check as validate records it. victim
+// is restarted before it returns unless the check failed first.
+func (c *LocalCluster) FSThroughFailover(ctx context.Context, victim string, out io.Writer) bench.Check {
+	if out == nil {
+		out = io.Discard
+	}
+	r := &runner{o: Options{Local: true, Out: out}, t: timingsFor(false), cfg: c.cfg, ctx: ctx, lc: c.lc, ctl: c.lc, victim: victim,
+		down: map[string]bool{}, clients: map[string]*api.Client{}, log: slog.New(slog.DiscardHandler),
+		res: bench.NewResults("fs-through-failover", c.cfg.Cluster, time.Now(), bench.Environment{})}
+	for _, n := range c.cfg.Nodes {
+		r.clients[n.Name] = api.NewClient("http://"+n.AdvertiseAddr(n.API), "", &httpClient)
+	}
+	r.fsFailover()
+	return r.res.Checks[0]
 }

@@ -522,6 +522,11 @@ func (r *runner) steps() error {
 	}
 	r.redundancy()
 	r.finalVerify()
+	if r.ctl != nil {
+		r.fsFailover()
+	} else {
+		r.check(CheckFS, bench.NotRun, "the failover story did not run")
+	}
 	r.slurm()
 	r.gds()
 	return nil
