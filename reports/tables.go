@@ -232,6 +232,9 @@ func runSummary(res *bench.Results) []string {
 	}
 	if m := r.Model; m != nil {
 		lines = append(lines, "Model: "+modelText(m))
+		if ms, ok := MeasuredModelScale(res); ok {
+			lines = append(lines, ms.Text())
+		}
 	} else {
 		lines = append(lines, "Model: none; the drives ran unshaped, so the figures are this machine's (on a real cluster: the hardware's).")
 	}
