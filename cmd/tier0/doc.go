@@ -10,6 +10,7 @@
 // tree for every run. The root's --json is rootOptions.json, handed to
 // every constructor; the management verbs (status, array, node, drive,
 // events) share clusterOptions (cluster.go): how to reach the cluster,
-// through daemon/api's multi-endpoint client, and the show helper that is
-// their connect, fetch, print-or---json prologue.
+// through daemon/api's multi-endpoint client, and show, their common
+// prologue: connect, fetch one view, print it as a table or, with --json,
+// as JSON.
 package main
