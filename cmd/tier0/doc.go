@@ -7,10 +7,10 @@
 // constructor newXxxCmd and an options struct that holds its flags
 // (AddFlags) and is read by its run function. Nothing is registered in
 // init and there are no global flag variables, so a test builds a fresh
-// tree for every run. The root's --json is rootOptions.json, handed to
-// every constructor; the management verbs (status, array, node, drive,
-// events) share clusterOptions (cluster.go): how to reach the cluster,
-// through daemon/api's multi-endpoint client, and show, their common
-// prologue: connect, fetch one view, print it as a table or, with --json,
-// as JSON.
+// tree for every run. The root's --json is rootOptions.json, handed to the
+// constructors of the verbs that print. The management verbs (status,
+// array, node, drive, events) share clusterOptions (cluster.go): how to
+// reach the cluster, through daemon/api's multi-endpoint client, and show,
+// their common prologue: connect, fetch one view, print it as a table or,
+// with --json, as JSON.
 package main
