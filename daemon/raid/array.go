@@ -50,6 +50,10 @@ type Array struct {
 	// resync source (the first active member) so that a value once read
 	// does not change when the resync copies over it.
 	resyncing atomic.Bool
+	// resyncSkipped: a resync left stripes with a member out of sync to
+	// the rebuild; it runs again once no member is (their parity may not
+	// match their data after a crash).
+	resyncSkipped atomic.Bool
 
 	// slowReads counts reads served around a slow member (hedge.go).
 	slowReads atomic.Int64
@@ -296,9 +300,14 @@ func (a *Array) flushMembers() error {
 	if fencedErr != nil {
 		return fencedErr
 	}
-	if err := a.usable(); err != nil {
+	err := a.usable()
+	if err != nil && !a.dead.Load() || a.fenced.Load() || a.stopped.Load() {
 		return err
 	}
+	// Also when the array just failed: the survivors hold every completed
+	// write, so their log entries are dead (their replay at the next
+	// assembly would only cost, and a member away then would have to
+	// catch up their stripes).
 	a.jl.retire(cand)
 	for {
 		f := a.jl.flushedGen.Load()
@@ -306,7 +315,7 @@ func (a *Array) flushMembers() error {
 			break
 		}
 	}
-	return nil
+	return err
 }
 
 // Close stops background work, flushes, records a clean state and closes

@@ -115,7 +115,16 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 			rej(fmt.Sprintf("marked failed in the array's superblock (member event %d, array event %d); use ReAdd", c.sb.Events, ref.Events), ErrStale)
 			continue
 		}
-		if ref.RoleState[r] == roleDown {
+		if ref.RoleState[r] == roleMissing {
+			// It left unreachable, not failed: every write since is in
+			// the bitmap. Taken back below under a resync, if its own
+			// superblock is one of this array's (it never learnt that it
+			// went missing).
+			if own := c.sb.RoleState[r]; own != roleActive && own != roleRebuilding {
+				rej(fmt.Sprintf("missing in the array's superblock, but its own superblock says state %d (event %d): stale; use ReAdd", own, c.sb.Events), ErrStale)
+				continue
+			}
+		} else if ref.RoleState[r] == roleDown {
 			// It failed with the array: nothing was acknowledged after
 			// it left, so it is current if its own superblock is the
 			// one it had then.
@@ -154,6 +163,31 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 		if c == nil {
 			m.state.Store(uint32(roleFailed))
 			m.reason = "missing at assembly"
+			switch st := ref.RoleState[r]; st {
+			case roleActive, roleDown:
+				// Current when the array stopped: it misses only this
+				// run's writes, which the writers record (m.since), so a
+				// ReAdd catches up just those.
+				m.missing = true
+				m.downAt = ref.Events
+				if st == roleDown {
+					m.downAt = ref.Recovery[r]
+				}
+				if g.Level == RAID5 || g.Level == RAID6 {
+					m.since = newStripeSet(g.Stripes)
+				}
+			case roleRebuilding, roleMissing:
+				m.missing, m.missingFull = true, ref.RoleFull[r] != 0
+			default:
+				m.reason = "marked failed in the array's superblock and not there at assembly"
+			}
+			missing++
+		} else if ref.RoleState[r] == roleMissing {
+			m.dev = c.dev
+			m.state.Store(uint32(roleRebuilding))
+			m.full = ref.RoleFull[r] != 0 || c.sb.Events < ref.EventsCleared || c.sb.RoleState[r] == roleRebuilding && c.sb.RoleFull[r] != 0
+			a.log.Info("raid member taken back under a resync: it was unreachable, not failed", "uuid", fmtUUID(ref.ArrayUUID), "member", r,
+				"member-event", c.sb.Events, "full", m.full)
 			missing++
 		} else {
 			m.dev = c.dev

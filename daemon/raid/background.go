@@ -10,6 +10,10 @@ import (
 	"tier0/daemon/blockdev"
 )
 
+// errSuperseded ends the rebuild of a member whose role another device
+// took meanwhile (that device's rebuild reports its own end).
+var errSuperseded = errors.New("superseded by a newer member")
+
 type taskKind int
 
 const (
@@ -230,6 +234,9 @@ func (a *Array) runTask(t task) {
 	case taskScrub:
 		_, err = a.scrub(t.repair)
 	}
+	if errors.Is(err, errSuperseded) {
+		err = nil
+	}
 	if err != nil && !a.bg.stopping() {
 		a.log.Warn("raid background task ended with an error", "uuid", fmtUUID(a.uuid), "task", t.kind, "err", err)
 		role := -1
@@ -286,6 +293,8 @@ func (a *Array) resync() error {
 			var err error
 			if a.geo.Level == RAID1 || a.allInSync(s) {
 				_, _, err = a.syncStripe(s, true, false)
+			} else {
+				a.resyncSkipped.Store(true)
 			}
 			a.unlockStripe(s)
 			if err != nil && !errors.Is(err, errGone) {
@@ -319,8 +328,16 @@ func (a *Array) allInSync(s int64) bool {
 // dirty regions of a delta resync), then makes the member active.
 func (a *Array) rebuild(role int) error {
 	m := a.member(role)
-	if m == nil || uint8(m.state.Load()) != roleRebuilding {
+	if m == nil || uint8(m.state.Load()) == roleActive {
 		return nil
+	}
+	if uint8(m.state.Load()) != roleRebuilding {
+		// Lost after its rebuild was queued: say so (a caller waits for
+		// RebuildDone or TaskFailed).
+		a.mu.Lock()
+		why := m.reason
+		a.mu.Unlock()
+		return fmt.Errorf("member %d was lost before its rebuild started (%s): %w", role, why, ErrDegraded)
 	}
 	rs := a.bm.regionStripes
 	var total int64
@@ -339,6 +356,9 @@ func (a *Array) rebuild(role int) error {
 			return err
 		}
 		if uint8(m.state.Load()) != roleRebuilding {
+			if a.member(role) != m {
+				return errSuperseded // a newer device holds the role; its own rebuild reports
+			}
 			return fmt.Errorf("member %d failed during its rebuild: %w", role, ErrDegraded)
 		}
 		if !m.needs(s, rs) {
@@ -392,6 +412,9 @@ func (a *Array) rebuild(role int) error {
 		return err
 	}
 	if uint8(m.state.Load()) != roleRebuilding {
+		if a.member(role) != m {
+			return errSuperseded
+		}
 		return fmt.Errorf("member %d failed at the end of its rebuild: %w", role, ErrDegraded)
 	}
 	// full and dirty stay as they are: a reader that saw the rebuilding
@@ -407,6 +430,10 @@ func (a *Array) rebuild(role int) error {
 	a.emit(e)
 	a.log.Info("raid rebuild done", "uuid", fmtUUID(a.uuid), "member", role)
 	if !a.degraded() {
+		if a.resyncSkipped.Swap(false) {
+			a.resyncing.Store(true)
+			a.bg.enqueue(task{kind: taskResync})
+		}
 		a.emit(Event{Kind: Optimal, Member: -1})
 	}
 	return nil

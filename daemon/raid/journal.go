@@ -463,6 +463,16 @@ func (j *journal) apply(e *replayEntry) error {
 	rlo, rhi := int64(e.h.RowLo), int64(e.h.RowHi)
 	L := rhi - rlo
 	nd := a.geo.DataDisks
+	// A member away at assembly that is caught up by the stripes written
+	// while it is away (member.since) must count this one when it holds
+	// a parity chunk (not rewritten here) or a modified data chunk (the
+	// entry cannot be applied without it): its chunk may not match the
+	// others'. An unmodified data chunk is in the partial parity.
+	for x := 0; x < nd+a.geo.ParityDisks; x++ {
+		if x >= nd || e.h.ModMask&(1<<x) != 0 {
+			noteMissedOn(a.member(a.shardRole(s, x)), s)
+		}
+	}
 	data := make([][]byte, nd)
 	for i := 0; i < nd; i++ {
 		if e.h.ModMask&(1<<i) == 0 {

@@ -31,6 +31,12 @@ type member struct {
 	// its last superblock, so that Assemble can take it back.
 	withArray bool
 	downAt    uint64
+	// missing (failed only): it left because it could not be reached
+	// (Policy.Unreachable), not because the device refused a request; it
+	// is recorded as roleMissing and taken back by a resync (missingFull:
+	// it was under a full rebuild when it left, so only a full one).
+	missing     bool
+	missingFull bool
 }
 
 // needs reports whether rebuilding member m must still rebuild stripe s
@@ -150,22 +156,39 @@ func (a *Array) memberErr(m *member, op string, err error) error {
 	if a.stopped.Load() {
 		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), ErrStopped)
 	}
-	a.fail(m, fmt.Sprintf("%s: %v", op, err))
+	a.failAs(m, fmt.Sprintf("%s: %v", op, err), a.unreachable(err))
 	return errGone
+}
+
+// unreachable reports whether a member error means the member could not
+// be reached rather than a device error (Policy.Unreachable).
+func (a *Array) unreachable(err error) bool {
+	if a.pol.Unreachable != nil && a.pol.Unreachable(err) {
+		return true
+	}
+	return errors.Is(err, blockdev.ErrTimeout) || errors.Is(err, blockdev.ErrClosed) || errors.Is(err, blockdev.ErrNoPath)
 }
 
 // fail marks m failed and records it on the other members' superblocks
 // before returning, so that m can never be assembled as current again.
 // It returns the error that stops the array (fenced, stopped, failed,
 // superblocks not writable), or nil when the array runs on degraded.
-func (a *Array) fail(m *member, reason string) error {
+func (a *Array) fail(m *member, reason string) error { return a.failAs(m, reason, false) }
+
+// failAs is fail; missing says the member was unreachable rather than
+// refused by its device (it is then recorded missing, see member.missing).
+func (a *Array) failAs(m *member, reason string, missing bool) error {
 	a.mu.Lock()
-	if !a.markFailedLocked(m, reason) {
+	if !a.markFailedLocked(m, reason, missing) {
 		a.mu.Unlock()
 		return nil
 	}
 	a.mu.Unlock()
-	a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", reason)
+	if missing {
+		a.log.Warn("raid member missing: unreachable, its writes are tracked for a resync", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", reason)
+	} else {
+		a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", reason)
+	}
 	a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: reason})
 	if !a.checkDead() {
 		a.emit(Event{Kind: Degraded, Member: m.role, Reason: reason})
@@ -192,13 +215,15 @@ func (a *Array) fail(m *member, reason string) error {
 
 // markFailedLocked marks m failed (caller holds a.mu); false when it
 // was failed already or no longer holds its role.
-func (a *Array) markFailedLocked(m *member, reason string) bool {
+func (a *Array) markFailedLocked(m *member, reason string, missing bool) bool {
 	st := uint8(m.state.Load())
 	if st == roleFailed || a.member(m.role) != m {
 		return false
 	}
 	m.reason = reason
 	m.downAt = a.sbt.Events
+	m.missing = missing
+	m.missingFull = st == roleRebuilding && m.full
 	if (a.geo.Level == RAID5 || a.geo.Level == RAID6) && st == roleActive {
 		m.since = newStripeSet(a.geo.Stripes) // before the state: writers look at it once they see "failed"
 	}
@@ -298,7 +323,10 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 		a.mu.Lock()
 		cleared := a.sbt.EventsCleared
 		a.mu.Unlock()
-		if sb.Events >= cleared && sb.RoleState[index] == roleActive {
+		// Delta when the bitmap has tracked every write since it left: it
+		// was active, or under a delta resync (whose regions the bitmap
+		// still holds, as it is not cleared while degraded).
+		if sb.Events >= cleared && (sb.RoleState[index] == roleActive || sb.RoleState[index] == roleRebuilding && sb.RoleFull[index] == 0) {
 			nm.full = false
 			nm.dirty = a.bm.snapshot()
 		}
@@ -337,16 +365,24 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 	zero := blockdev.AlignedBuffer(metaBlock)
 	for k := 0; k < a.jl.slots; k++ {
 		if _, err := dev.WriteAt(zero, a.jl.slotOff(k)); err != nil {
-			a.fail(nm, "log reset: "+err.Error())
+			a.failAs(nm, "log reset: "+err.Error(), a.unreachable(err))
 			return err
 		}
 	}
 	if err := a.bm.writeAll(dev); err != nil {
-		a.fail(nm, "bitmap write: "+err.Error())
+		a.failAs(nm, "bitmap write: "+err.Error(), a.unreachable(err))
 		return err
 	}
 	if err := a.writeSuperblocks(); err != nil {
 		return err
+	}
+	if uint8(nm.state.Load()) != roleRebuilding {
+		// Lost again while being added (its superblock write failed): no
+		// rebuild will run for it, so say so rather than succeed.
+		a.mu.Lock()
+		why := nm.reason
+		a.mu.Unlock()
+		return fmt.Errorf("re-add of member %d: the member was lost again while being added (%s); add it again once it is reachable: %w", index, why, blockdev.ErrIO)
 	}
 	a.log.Info("raid member added", "uuid", fmtUUID(a.uuid), "member", index, "full", nm.full, "stripes-missed", nm.missed != nil)
 	a.bg.enqueue(task{kind: taskRebuild, role: index})

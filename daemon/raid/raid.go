@@ -152,6 +152,14 @@ type Policy struct {
 	RebuildRate float64
 	// Adaptive makes background work yield while foreground I/O runs.
 	Adaptive bool
+	// Unreachable tells a member error that means the member could not be
+	// reached (its node or path is down, the request timed out) from one
+	// the device itself returned (a media error). An unreachable member is
+	// missing, not failed: every write it misses is in the write-intent
+	// bitmap, and Assemble (or ReAdd) takes it back through a resync. nil
+	// means: errors wrapping blockdev.ErrTimeout, ErrClosed or ErrNoPath.
+	// The daemon adds the NVMe/TCP host's connection errors.
+	Unreachable func(error) bool
 	// ProgressEvery is the minimum interval between progress events.
 	// Default 1 s.
 	ProgressEvery time.Duration

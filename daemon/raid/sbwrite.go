@@ -32,6 +32,11 @@ func (a *Array) writeSuperblocks() error {
 			}
 			if st == roleFailed && m.withArray {
 				base.RoleState[r], base.Recovery[r] = roleDown, m.downAt
+			} else if st == roleFailed && m.missing {
+				base.RoleState[r] = roleMissing
+				if m.missingFull {
+					base.RoleFull[r] = 1
+				}
 			}
 			if st == roleRebuilding {
 				base.Recovery[r] = uint64(m.recovery.Load())
@@ -42,6 +47,8 @@ func (a *Array) writeSuperblocks() error {
 		}
 		a.mu.Unlock()
 		var failed []*member
+		var unreach []bool
+		var why []string
 		var fenced error
 		var fmu sync.Mutex
 		a.each(func(m *member) error {
@@ -53,6 +60,8 @@ func (a *Array) writeSuperblocks() error {
 					fenced = err
 				} else {
 					failed = append(failed, m)
+					unreach = append(unreach, a.unreachable(err))
+					why = append(why, "superblock write: "+err.Error())
 				}
 				fmu.Unlock()
 				return err
@@ -68,15 +77,15 @@ func (a *Array) writeSuperblocks() error {
 		}
 		var newly []*member
 		a.mu.Lock()
-		for _, m := range failed {
-			if a.markFailedLocked(m, "superblock write failed") {
+		for i, m := range failed {
+			if a.markFailedLocked(m, why[i], unreach[i]) {
 				newly = append(newly, m)
 			}
 		}
 		a.mu.Unlock()
 		for _, m := range newly {
 			a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", m.reason)
-			a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: "superblock write failed"})
+			a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: m.reason})
 		}
 		if !a.checkDead() && len(newly) > 0 {
 			a.emit(Event{Kind: Degraded, Member: newly[0].role, Reason: "superblock write failed"})

@@ -16,6 +16,8 @@ func (a *Array) goneTextLocked() string {
 		switch {
 		case m == nil:
 			parts = append(parts, fmt.Sprintf("%d (missing)", r))
+		case uint8(m.state.Load()) == roleFailed && m.missing:
+			parts = append(parts, fmt.Sprintf("%d (unreachable: %s)", r, m.reason))
 		case uint8(m.state.Load()) == roleFailed || uint8(m.state.Load()) == roleEmpty:
 			parts = append(parts, fmt.Sprintf("%d (%s)", r, m.reason))
 		}
@@ -34,8 +36,12 @@ func (a *Array) goneTextLocked() string {
 
 // MemberStatus describes one role.
 type MemberStatus struct {
-	Role     int
-	State    string // active, failed, rebuilding, missing
+	Role int
+	// State: active, rebuilding, failed (its device refused a request,
+	// or the operator failed it: a full rebuild brings it back) or
+	// missing (not reachable, or not there at assembly: its writes are
+	// tracked for a resync).
+	State    string
 	Reason   string
 	Recovery int64 // rebuilding: stripes done
 	// WithArray: failed when or after the array failed, so no write was
@@ -91,6 +97,9 @@ func (a *Array) Status() Status {
 				ms.State = "active"
 			case roleFailed:
 				ms.State = "failed"
+				if m.missing {
+					ms.State = "missing"
+				}
 				ms.WithArray = m.withArray
 			case roleRebuilding:
 				ms.State = "rebuilding"

@@ -31,6 +31,12 @@ const (
 	// last superblock. Assemble takes it back as active when its own
 	// superblock is that recent.
 	roleDown uint8 = 4
+	// roleMissing: it left because it could not be reached, not because
+	// its device failed; every write since is in the write-intent bitmap
+	// (never cleared while degraded). Assemble takes it back under a
+	// resync of the bitmap's regions (a full rebuild when RoleFull is
+	// set: it was under one when it left).
+	roleMissing uint8 = 5
 )
 
 // Superblock flags.
