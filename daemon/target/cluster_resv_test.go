@@ -225,3 +225,50 @@ func TestReservationStaleDecisionRetried(t *testing.T) {
 }
 
 func nil2Mem() blockdev.Device { return blockdev.NewMem(testSize, testBS) }
+
+// TestPTPLHonoured: RESCAP advertises PTPLS (and IEKEY) where the state
+// survives a restart; with PTPL cleared by Register CPTPL 10b a restart
+// drops reservations and registrants; a target without a state directory
+// refuses CPTPL 11b (it cannot persist).
+func TestPTPLHonoured(t *testing.T) {
+	dir := t.TempDir()
+	dev := blockdev.NewMem(testSize, testBS)
+	tg, addr := newTarget(t, Config{StateDir: dir}, dev)
+	a, id := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	in, _ := nvme.ParseIdentifyNamespace(a.identify(nvme.CNSNamespace, 1).data)
+	if in.RESCAP&nvme.RescapPTPL == 0 || in.RESCAP&nvme.RescapIEKey == 0 {
+		t.Fatalf("RESCAP %#x with a state directory, want PTPLS and IEKEY", in.RESCAP)
+	}
+	q := ioConnect(t, addr, 0, testHostNQN, testHostID, id, 1)
+	resvCmd(q, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 7})
+	getPTPL := func() uint32 {
+		return a.do(nvme.SQE{Opcode: nvme.AdminGetFeatures, NSID: 1, CDW10: uint32(nvme.FeatResvPersistence)}, nil, false).cqe.DW0()
+	}
+	if p := getPTPL(); p != 1 {
+		t.Fatalf("PTPL %d, want 1 by default with a state directory", p)
+	}
+	// the same registration again, clearing PTPL
+	if st := resvCmd(q, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister, CPTPL: 2}, nvme.ResvKeys{Key2: 7}); !st.OK() {
+		t.Fatalf("register with CPTPL 10b: %v", st)
+	}
+	if p, rep := getPTPL(), resvReport(t, q); p != 0 || rep.PTPLS || len(rep.Registrants) != 1 {
+		t.Fatalf("after CPTPL 10b: PTPL %d, report %+v; want PTPL 0 and the registration kept until a restart", p, rep)
+	}
+	tg.Close()
+	_, addr2 := newTarget(t, Config{StateDir: dir}, dev)
+	_, id = adminConnect(t, addr2, 0, testHostNQN, testHostID)
+	q = ioConnect(t, addr2, 0, testHostNQN, testHostID, id, 1)
+	if rep := resvReport(t, q); len(rep.Registrants) != 0 || rep.PTPLS {
+		t.Fatalf("after a restart with PTPL cleared: %+v, want no registrants, PTPLS clear", rep)
+	}
+	// memory only
+	_, addr3 := newTarget(t, Config{}, nil)
+	a3, id3 := adminConnect(t, addr3, 0, testHostNQN, testHostID)
+	if in, _ := nvme.ParseIdentifyNamespace(a3.identify(nvme.CNSNamespace, 1).data); in.RESCAP&nvme.RescapPTPL != 0 {
+		t.Fatalf("RESCAP %#x without a state directory advertises PTPLS", in.RESCAP)
+	}
+	q3 := ioConnect(t, addr3, 0, testHostNQN, testHostID, id3, 1)
+	if st := resvCmd(q3, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister, CPTPL: 3}, nvme.ResvKeys{Key2: 7}); st != nvme.StatusInvalidField|nvme.StatusDNR {
+		t.Fatalf("CPTPL 11b without persistence: %v, want invalid field", st)
+	}
+}
