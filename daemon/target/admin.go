@@ -389,6 +389,9 @@ func (c *controller) featureInfo(fid uint8) (featureInfo, bool) {
 	case nvme.FeatResvNotifMask:
 		return featureInfo{caps: nvme.FeatCapChangeable | nvme.FeatCapNSSpecific}, !c.sub.disc
 	case nvme.FeatResvPersistence:
+		if c.sub.disc {
+			return featureInfo{}, false
+		}
 		m := c.sub.resvBackend.PTPL()
 		fi := featureInfo{caps: nvme.FeatCapNSSpecific}
 		if m == PTPLChangeable {
@@ -397,7 +400,7 @@ func (c *controller) featureInfo(fid uint8) (featureInfo, bool) {
 		if m != PTPLNone {
 			fi.def = 1
 		}
-		return fi, !c.sub.disc
+		return fi, true
 	case nvme.FeatNSWriteProtect:
 		return featureInfo{caps: nvme.FeatCapNSSpecific}, !c.sub.disc
 	}

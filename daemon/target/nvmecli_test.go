@@ -141,3 +141,25 @@ func TestGetFeaturesAsNvmeCLI(t *testing.T) {
 		t.Fatalf("select 4 (reserved): %v", c.Status)
 	}
 }
+
+// TestDiscoveryControllerFeatures: the discovery controller has no
+// namespaces and no reservations; asking for their features is an invalid
+// field, not a crash.
+func TestDiscoveryControllerFeatures(t *testing.T) {
+	_, addr := newTarget(t, Config{}, nil)
+	d := dialRaw(t, addr, 0)
+	if c := d.connect(nvme.DiscoveryNQN, testHostNQN, testHostID, 0, nvme.CntlIDDynamic, 31, 0); !c.Status.OK() {
+		t.Fatal(c.Status)
+	}
+	d.enable()
+	for _, fid := range []uint8{nvme.FeatResvPersistence, nvme.FeatResvNotifMask, nvme.FeatNSWriteProtect, nvme.FeatNumQueues} {
+		for _, sel := range []uint32{0, 3} {
+			if c := d.do(nvme.SQE{Opcode: nvme.AdminGetFeatures, NSID: 1, CDW10: uint32(fid) | sel<<8}, nil, false).cqe; c.Status != nvme.StatusInvalidField|nvme.StatusDNR {
+				t.Errorf("discovery controller, feature %#x select %d: %v, want invalid field", fid, sel, c.Status)
+			}
+		}
+	}
+	if c := d.do(nvme.SQE{Opcode: nvme.AdminGetFeatures, CDW10: uint32(nvme.FeatKeepAlive) | 3<<8}, nil, false).cqe; !c.Status.OK() {
+		t.Errorf("discovery controller, keep alive capabilities: %v", c.Status)
+	}
+}
