@@ -290,6 +290,15 @@ func (r *runner) fsFailover() {
 		r.check(CheckFS, bench.Fail, err.Error())
 		return
 	}
+	// One guest at a time on this machine, as package tier0/test/vm
+	// runs them (its lock file), so that guest tests and this check do
+	// not overload a small machine together.
+	if lock, err := os.OpenFile(filepath.Join(repoRoot(), "build", "vm", "run.lock"), os.O_CREATE|os.O_RDWR, 0o644); err == nil {
+		defer lock.Close()
+		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) == nil {
+			defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		}
+	}
 	fmt.Fprintf(r.o.Out, "file system through failover: booting a Linux guest for XFS on array %s\n", array)
 	g := &fsGuest{share: share, done: make(chan struct{})}
 	g.cmd = exec.Command("bash", filepath.Join(repoRoot(), "test", "vm", "run-vm.sh"), share)
