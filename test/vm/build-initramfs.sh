@@ -89,6 +89,19 @@ for b in mkfs.xfs xfs_repair; do
     if [ -x "$p" ]; then copy_bin "$p" "/usr/sbin/$b"
     else log "no $b on this machine (apt-get install xfsprogs): the guest has no XFS tools"; fi
 done
+# rdma-core (test/rdma: NVMe over RDMA on soft-RoCE): libibverbs, librdmacm,
+# the rxe provider and its driver file, iproute2's rdma tool (rdma link add).
+# Optional, so that the image still builds without them; test/rdma reports
+# them missing. Install scripts/deps.d/rdma.sh.
+for b in /usr/bin/ibv_devinfo /usr/bin/rping /usr/bin/rdma; do
+    if [ -x "$b" ]; then copy_bin "$b"
+    else log "no $b on this machine (scripts/deps.d/rdma.sh): the guest has no rdma-core"; fi
+done
+RXE=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so 2>/dev/null | head -1 || true)
+if [ -n "$RXE" ] && [ -e /etc/libibverbs.d/rxe.driver ]; then
+    copy_bin "$RXE"
+    install -D -m 0644 /etc/libibverbs.d/rxe.driver "$R/etc/libibverbs.d/rxe.driver"
+fi
 # kmod's modprobe (handles softdeps / aliases, e.g. crypto-crc32c requested
 # by the kernel) overrides busybox's applets
 for a in modprobe insmod rmmod lsmod modinfo depmod; do ln -sf kmod "$R/usr/bin/$a"; done
@@ -107,7 +120,8 @@ MODS="nvme-core nvme-fabrics nvme-tcp nvmet nvmet-tcp configfs
       brd loop null_blk
       virtio_pci virtio_net virtio_blk 9pnet_virtio 9p virtio-rng
       crc32c-intel crc32c_generic crc64_rocksoft_generic crct10dif-pclmul
-      xfs"
+      xfs
+      rdma_rxe rdma_ucm ib_uverbs nvme-rdma nvmet-rdma"
 mkdir -p "$R/lib/modules/$KVER"
 for m in $MODS; do
     modprobe -d "$KSTAGE" -S "$KVER" --show-depends "$m" 2>/dev/null |
