@@ -439,6 +439,10 @@ func (n *Node) raidPolicy(s *served) raid.Policy {
 		IOTimeout:   p.MemberIOTimeout.D(),
 		RebuildRate: float64(p.RebuildRateMiBs),
 		Adaptive:    adaptive,
+		// A member whose node or connection is down is missing (resynced
+		// from the bitmap when it returns), not failed: only an NVMe
+		// status from its drive fails it.
+		Unreachable: host.IsPathError,
 		Logger:      n.log.With("array", s.cfg.Name),
 		Listener:    s.onEvent,
 	}
@@ -538,7 +542,7 @@ func (s *served) assembleLocked(ctx context.Context, epoch uint64, degraded []st
 	}
 	if err != nil {
 		if errors.Is(err, raid.ErrTooManyFailed) {
-			reason := fmt.Sprintf("assembly at epoch %d found %d of %d members usable: %v", epoch, present, len(devs), err)
+			reason := fmt.Sprintf("assembly at epoch %d: %d of %d members reachable, but %v", epoch, present, len(devs), err)
 			s.markFailed(reason)
 			n.sendReport(report{Kind: "array-failed", Array: s.cfg.Name, Epoch: epoch, Reason: reason})
 		}
@@ -716,14 +720,39 @@ func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
 		n.sendReport(report{Kind: "assembled", Array: a.Array, Epoch: a.Epoch})
 		n.recordEvent("array-recovered", a.Array, a.Epoch, "re-assembled from its members after: "+why)
 	}
-	if k, ok := s.pending[i]; ok {
-		n.log.Info("repair already running", "array", a.Array, "member", a.Member, "kind", k)
-		return
-	}
+	// The RAID engine's view of the member decides, not only the record
+	// of a repair started here: a repair whose member was lost again
+	// before it ended left that record behind (nemesis seed 411: "repair
+	// already running" for ever).
 	st := s.array.Status()
-	if i < len(st.Members) && st.Members[i].State == "active" {
+	state := ""
+	if i < len(st.Members) {
+		state = st.Members[i].State
+	}
+	switch k, ok := s.pending[i]; {
+	case state == "active":
+		delete(s.pending, i)
 		n.sendReport(report{Kind: kind + "-done", Array: a.Array, Member: a.Member, Epoch: s.epoch})
 		return
+	case state == "rebuilding":
+		// Running, or stopped on stripes that lack data: its member and
+		// connection stay (closing them would fail the member); queue it
+		// again, it ends with a done or failed report.
+		if !ok {
+			k = kind
+			s.pending[i] = kind
+		}
+		if err := s.array.Resume(i); err != nil {
+			delete(s.pending, i)
+			fail(err.Error())
+			return
+		}
+		n.log.Info("repair already running", "array", a.Array, "member", a.Member, "kind", k)
+		return
+	case ok:
+		n.log.Warn("the repair started earlier ended without a report (its member was lost again); starting it again",
+			"array", a.Array, "member", a.Member, "kind", k, "state", state, "reason", st.Members[i].Reason)
+		delete(s.pending, i)
 	}
 	s.dropMember(i)
 	c, ns, err := n.importMember(ctx, a.Array, a.Member)

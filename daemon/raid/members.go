@@ -394,3 +394,21 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 	}
 	return nil
 }
+
+// Resume queues the rebuild of role index again when the member is under
+// rebuild or resync (one that stopped on stripes lacking data, say): the
+// rebuild goes on from where it is and ends with RebuildDone or
+// TaskFailed. It refuses a member that is not rebuilding.
+func (a *Array) Resume(index int) error {
+	if err := a.usable(); err != nil {
+		return err
+	}
+	if index < 0 || index >= a.geo.Members {
+		return fmt.Errorf("member index %d: the array has members 0..%d: %w", index, a.geo.Members-1, ErrInvalidConfig)
+	}
+	if m := a.member(index); m == nil || uint8(m.state.Load()) != roleRebuilding {
+		return fmt.Errorf("member %d is not under rebuild; re-add it instead: %w", index, ErrInvalidConfig)
+	}
+	a.bg.enqueue(task{kind: taskRebuild, role: index})
+	return nil
+}
