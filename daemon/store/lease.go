@@ -18,6 +18,9 @@ type NodeInfo struct {
 	Drives  []string  `json:"drives,omitempty"`
 	API     string    `json:"api,omitempty"`
 	Started time.Time `json:"started"`
+	// TTL is the lease's (set by Register): a watcher holds the deletion
+	// of this registration back NodeGoneGrace(TTL).
+	TTL time.Duration `json:"ttl,omitempty"`
 }
 
 // Liveness is a node's registration, kept alive by a background loop.
@@ -69,6 +72,8 @@ func (s *Store) Register(ctx context.Context, info NodeInfo, ttl, margin time.Du
 	if err != nil {
 		return nil, fmt.Errorf("grant lease for node %q: %w", info.Node, err)
 	}
+	gttl := time.Duration(g.TTL) * time.Second
+	info.TTL = gttl
 	v, _ := json.Marshal(info)
 	// The same put may be repeated on another member: it is idempotent.
 	if _, err := onEndpoints(ctx, s, grantTry, func(c context.Context, e *endpoint) (*clientv3.PutResponse, error) {
@@ -76,7 +81,6 @@ func (s *Store) Register(ctx context.Context, info NodeInfo, ttl, margin time.Du
 	}); err != nil {
 		return nil, fmt.Errorf("register node %q: %w", info.Node, err)
 	}
-	gttl := time.Duration(g.TTL) * time.Second
 	s.nodeTTL.Store(int64(gttl))
 	l := &Liveness{s: s, node: info.Node, ttl: gttl}
 	rejoin := func(ctx context.Context) (clientv3.LeaseID, time.Time, time.Duration, error) {
@@ -156,25 +160,34 @@ type NodeEvent struct {
 	Revision int64
 }
 
-// nodeGrace is how long WatchNodes holds a deletion back: NodeGoneGrace of
-// the TTL of the leases registered through this store (the site's), 1.5 s
-// before any was.
-func (s *Store) nodeGrace() time.Duration {
+// fallbackNodeTTL is assumed for a registration that does not say its TTL
+// when no lease was registered through this store either: tier0's
+// default policies.lease_ttl.
+const fallbackNodeTTL = 5 * time.Second
+
+// nodeGrace is how long WatchNodes holds back the deletion of was:
+// NodeGoneGrace of its lease's TTL, else of the TTL of the leases
+// registered through this store (the site's), else of fallbackNodeTTL.
+func (s *Store) nodeGrace(was NodeInfo) time.Duration {
+	if was.TTL > 0 {
+		return NodeGoneGrace(was.TTL)
+	}
 	if ttl := time.Duration(s.nodeTTL.Load()); ttl > 0 {
 		return NodeGoneGrace(ttl)
 	}
-	return 1500 * time.Millisecond
+	return NodeGoneGrace(fallbackNodeTTL)
 }
 
 // WatchNodes reports liveness changes from revision rev onward (0: from
 // now).
 //
-// A deletion is reported only after it has lasted NodeGoneGrace (half the
-// lease TTL): a node whose lease the store revoked before its deadline (an
-// etcd leader frozen and thawed does that to every lease) registers again
-// within that time, under a new lease and with the same Started, and then
-// neither the deletion nor the new registration is reported — the node
-// never stopped holding its arrays. A node registered with another Started
+// A deletion is reported only after it has lasted NodeGoneGrace (the
+// lease TTL) on this watcher's clock: a node whose lease the store revoked
+// before its deadline (an etcd leader frozen and thawed does that to every
+// lease) registers again within that time, under a new lease and with the
+// same Started, and then neither the deletion nor the new registration is
+// reported — the node never stopped holding its arrays. A real expiry is
+// therefore reported a TTL after the store expired the lease. A node registered with another Started
 // (it restarted) is reported gone, then back. Events of a node are
 // reported in order; a held deletion may come after events of other nodes
 // with higher revisions.
@@ -190,12 +203,12 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
 	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...)
-	grace := s.nodeGrace()
 	go func() {
 		defer close(out)
 		type held struct {
 			ev    NodeEvent
 			since time.Time
+			grace time.Duration
 			was   NodeInfo // the registration that was deleted (PrevKV)
 		}
 		pending := map[string]*held{}
@@ -207,7 +220,7 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 				return false
 			}
 		}
-		tick := time.NewTicker(max(grace/10, 10*time.Millisecond))
+		tick := time.NewTicker(max(s.nodeGrace(NodeInfo{})/20, 10*time.Millisecond))
 		defer tick.Stop()
 		for {
 			select {
@@ -217,7 +230,7 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 				now := time.Now()
 				var due []*held
 				for n, h := range pending {
-					if now.Sub(h.since) >= grace {
+					if now.Sub(h.since) >= h.grace {
 						due = append(due, h)
 						delete(pending, n)
 					}
@@ -239,6 +252,7 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 						if ev.PrevKv != nil {
 							_ = json.Unmarshal(ev.PrevKv.Value, &h.was)
 						}
+						h.grace = s.nodeGrace(h.was)
 						pending[ne.Node] = h
 						continue
 					}
@@ -264,15 +278,30 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 	return out
 }
 
-// SettledNodes is Nodes read NodeGoneGrace after the call, with the
-// revision it was read at: for a watcher that starts from a snapshot (a
-// new coordinator) and must not count a node as gone while it may still
-// be registering again after a revoked lease (see WatchNodes).
+// SettledNodes is Nodes read NodeGoneGrace after the call (of the longest
+// TTL among the registrations it finds at once and the lease registered
+// through this store), with the revision it was read at: for a watcher
+// that starts from a snapshot (a new coordinator) and must not count a
+// node as gone while it may still be registering again after a revoked
+// lease (see WatchNodes).
 func (s *Store) SettledNodes(ctx context.Context) (map[string]NodeInfo, int64, error) {
+	now, err := s.Nodes(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	grace := time.Duration(0)
+	for _, ni := range now {
+		if ni.TTL > 0 {
+			grace = max(grace, NodeGoneGrace(ni.TTL))
+		}
+	}
+	if grace == 0 || s.nodeTTL.Load() > 0 {
+		grace = max(grace, s.nodeGrace(NodeInfo{}))
+	}
 	select {
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
-	case <-time.After(s.nodeGrace()):
+	case <-time.After(grace):
 	}
 	resp, err := s.cli.Get(ctx, s.key("nodes")+"/", clientv3.WithPrefix())
 	if err != nil {

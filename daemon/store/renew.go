@@ -175,10 +175,15 @@ func (s *Store) renewAttempt(ctx context.Context, id clientv3.LeaseID, tm renewT
 }
 
 // NodeGoneGrace is how long a watcher of the node keys holds back the
-// deletion of one whose lease had ttl (WatchNodes): half the TTL. A node
-// whose lease was revoked before its deadline registers again within it,
-// or fences itself before it ends.
-func NodeGoneGrace(ttl time.Duration) time.Duration { return ttl / 2 }
+// deletion of one whose lease had ttl (WatchNodes, SettledNodes): the
+// whole TTL. The deletion came after the node's last renewal, so a
+// watcher acts on it no earlier than the store could have expired the
+// lease had it not been revoked: a node whose lease was revoked before
+// its deadline has its whole lease — until the start of its last renewal
+// + TTL − margin, as without the revoke — to register again, and fences
+// itself before then if it cannot (etcd #12528/#15247, docs/RELIABILITY.md
+// problem 5). The cost: a real expiry is acted on TTL after it.
+func NodeGoneGrace(ttl time.Duration) time.Duration { return ttl }
 
 // LeaseStats describes how a lease's renewals went.
 type LeaseStats struct {
@@ -204,9 +209,13 @@ type keeper struct {
 	// its deadline (no correct etcd leader expires it that early: an
 	// etcd leader that was frozen and thaws revokes every lease it
 	// believes expired, etcd issues #12528 and #15247). It must be done
-	// by the start of the last renewal + grace − margin: watchers of the
-	// node keys hold a deletion back for grace (WatchNodes), so nobody
-	// acts on it before; later, Lost closes as usual.
+	// by the start of the last renewal + grace − margin (grace is the
+	// TTL: the local deadline − margin, the instant Lost would close
+	// anyway): watchers of the node keys hold a deletion back for grace
+	// (WatchNodes), so nobody acts on it before; later, Lost closes as
+	// usual. Renewals after the revoke (their answers may come late, the
+	// store being busy) only make the window shorter, never the node's
+	// own lease.
 	rejoin func(ctx context.Context) (id clientv3.LeaseID, sent time.Time, ttl time.Duration, err error)
 	grace  time.Duration
 
@@ -332,7 +341,11 @@ func (k *keeper) run(ctx context.Context) {
 					k.mu.Unlock()
 					continue
 				}
-				k.markLost(fmt.Errorf("%s: the store expired lease %x: %w", k.what, int64(r.id), r.err))
+				if k.rejoin != nil {
+					k.markLost(fmt.Errorf("%s: the store expired or revoked lease %x and it was not replaced in time: %w", k.what, int64(r.id), r.err))
+				} else {
+					k.markLost(fmt.Errorf("%s: the store expired lease %x: %w", k.what, int64(r.id), r.err))
+				}
 				return
 			default:
 				k.s.log.Debug("lease renewal failed", "lease", k.what, "err", r.err)
@@ -366,18 +379,25 @@ func (k *keeper) tryRejoin(ctx context.Context) bool {
 	k.mu.Lock()
 	by := k.stats.Last.Add(k.grace - k.margin)
 	old := k.idLocked
+	last := k.stats.Last
 	k.mu.Unlock()
-	if !k.s.now().Before(by) {
+	if now := k.s.now(); !now.Before(by) {
+		k.s.log.Warn("lease revoked or expired, seen only after the time by which it could be replaced",
+			"lease", k.what, "old", fmt.Sprintf("%x", int64(old)), "last_renewal", last.Format(time.RFC3339Nano),
+			"replace_by", by.Format(time.RFC3339Nano), "late_by", now.Sub(by))
 		return false
 	}
 	rctx, cancel := context.WithDeadline(ctx, by)
+	began := k.s.now()
 	id, sent, ttl, err := k.rejoin(rctx)
 	cancel()
+	took := k.s.now().Sub(began)
 	if err == nil && !k.s.now().Before(by) {
 		err = fmt.Errorf("registered again only after %s", by.Format(time.RFC3339Nano))
 	}
 	if err != nil {
-		k.s.log.Warn("lease revoked before its deadline and not replaced in time", "lease", k.what, "old", fmt.Sprintf("%x", int64(old)), "err", err)
+		k.s.log.Warn("lease revoked before its deadline and not replaced in time", "lease", k.what, "old", fmt.Sprintf("%x", int64(old)),
+			"last_renewal", last.Format(time.RFC3339Nano), "replace_by", by.Format(time.RFC3339Nano), "tried_for", took, "err", err)
 		return false
 	}
 	k.mu.Lock()
@@ -392,7 +412,7 @@ func (k *keeper) tryRejoin(ctx context.Context) bool {
 	k.deadline = sent.Add(ttl)
 	k.timer.Reset(k.deadline.Add(-k.margin).Sub(k.s.now()))
 	k.s.log.Warn("lease revoked before its deadline (an etcd leader that was frozen and thawed does that; etcd #15247); registered again under a new lease in time",
-		"lease", k.what, "old", fmt.Sprintf("%x", int64(old)), "new", fmt.Sprintf("%x", int64(id)))
+		"lease", k.what, "old", fmt.Sprintf("%x", int64(old)), "new", fmt.Sprintf("%x", int64(id)), "took", took, "spare", by.Sub(k.s.now()))
 	return true
 }
 
