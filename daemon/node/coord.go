@@ -212,11 +212,13 @@ func (n *Node) coordinate(ctx context.Context) error {
 // liveNodes lists the nodes with a live lease and the store revision of
 // that answer.
 //
-// It is read half a lease TTL after the call (store.SettledNodes): an etcd
+// It is read a lease TTL after the call (store.SettledNodes): an etcd
 // leader that was frozen and thaws can revoke every lease at once, the
 // coordinator's session included, and the nodes register again within
 // that time (docs/CONTROL-PLANE.md, "Leases"); a snapshot taken at once
-// would count them gone.
+// would count them gone. A candidate whose own election key was revoked
+// may return from Campaign as if elected; its session ends within that
+// wait, cancelling the term before it restores anything.
 func (n *Node) liveNodes(ctx context.Context) (map[string]store.NodeInfo, int64, error) {
 	return n.st.SettledNodes(ctx)
 }
