@@ -32,9 +32,11 @@ done
 // device; tier0's own host, a second host NQN, registers through a node
 // that does not own the array; Reservation Report through every path shows
 // the same registrants and holder; the owner is killed with SIGKILL; after
-// the failover the report through every live path is unchanged; the Linux
-// host preempts and aborts the second host, whose writes are then refused
-// (reservation conflict on the owner, no path elsewhere).
+// the failover the report through every live path is unchanged; the two
+// hosts fence each other with preempt-and-abort through different nodes'
+// paths (the second host through a node that is not the owner): the
+// guest's writes are refused, then, fenced in turn, the second host's on
+// every path (reservation conflict on the owner, no path elsewhere).
 func TestLinuxHostReservationsAcrossPaths(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a guest and a five-node cluster (a few minutes); not in -short")
@@ -186,8 +188,26 @@ func TestLinuxHostReservationsAcrossPaths(t *testing.T) {
 		t.Fatalf("Reservation Report changed through the failover:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 
-	// the guest fences host 2; host 2's writes are refused on every path
-	sh("nvme resv-acquire /dev/nvme0n1 --crkey=0x1111 --prkey=0x2222 --rtype=1 --racqa=2", time.Minute)
+	// host 2 fences the guest through a node that is not the owner; the
+	// guest's writes (through the owner) are refused
+	via := "A"
+	for _, n := range []string{"A", "C", "D", "E", "B"} {
+		if n != owner && n != next {
+			via = n
+			break
+		}
+	}
+	hc, ns2 = dial(via)
+	if err := ns2.Acquire(nvme.ResvPreemptAndAbort, nvme.ResvWriteExclusive, 0x2222, 0x1111); err != nil {
+		t.Fatalf("host 2 preempts and aborts the guest through %s (the owner is %s): %v", via, next, err)
+	}
+	hc.Close()
+	if out, rc, err := g.Exec("dd if=/dev/zero of=/dev/nvme0n1 bs=4k count=1 oflag=direct 2>&1", time.Minute); err != nil || rc == 0 {
+		t.Fatalf("the fenced guest wrote (rc %d, err %v):\n%s", rc, err, out)
+	}
+	// the guest registers again and fences host 2 back through the owner;
+	// host 2's writes are refused on every path
+	sh("nvme resv-register /dev/nvme0n1 --nrkey=0x1111 --rrega=0 && nvme resv-acquire /dev/nvme0n1 --crkey=0x1111 --prkey=0x2222 --rtype=1 --racqa=2", time.Minute)
 	sh("dd if=/dev/zero of=/dev/nvme0n1 bs=4k count=1 oflag=direct", time.Minute)
 	for _, n := range cfg.Nodes {
 		if n.Name == owner {
