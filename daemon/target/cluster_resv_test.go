@@ -272,3 +272,49 @@ func TestPTPLHonoured(t *testing.T) {
 		t.Fatalf("CPTPL 11b without persistence: %v, want invalid field", st)
 	}
 }
+
+// TestReservationNotifications: a release of a registrants-only
+// reservation leaves the other registrant a reservation-released page,
+// announced by one I/O-command-specific asynchronous event; the mask
+// (feature 0x82) suppresses that type; a clear leaves a
+// reservation-preempted page.
+func TestReservationNotifications(t *testing.T) {
+	_, addr := newTarget(t, Config{}, nil)
+	_, q1 := pathClient(t, addr, testHostNQN, testHostID)
+	a2, q2 := pathClient(t, addr, testHostNQN2, testHostID2)
+	resvCmd(q1, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 1})
+	resvCmd(q2, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 2})
+	acquireRelease := func() {
+		t.Helper()
+		if st := resvCmd(q1, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvWriteExclusiveRO}, nvme.ResvKeys{CRKey: 1}); !st.OK() {
+			t.Fatal(st)
+		}
+		if st := resvCmd(q1, nvme.CmdResvRelease, nvme.ResvCmd{Action: nvme.ResvRelease, Type: nvme.ResvWriteExclusiveRO}, nvme.ResvKeys{CRKey: 1}); !st.OK() {
+			t.Fatal(st)
+		}
+	}
+	readLog := func() nvme.ResvNotification {
+		n, _ := nvme.ParseResvNotification(a2.getLog(nvme.LogResvNotification, 0, nvme.ResvNotifLogLen, 0).data)
+		return n
+	}
+	acquireRelease()
+	if c := a2.do(nvme.SQE{Opcode: nvme.AdminAsyncEvent}, nil, false).cqe; c.DW0() != nvme.AENResult(nvme.AENTypeIOCmdSpec, nvme.AENIOResvLogAvail, nvme.LogResvNotification) {
+		t.Fatalf("host 2's asynchronous event %#x, want reservation log page available", c.DW0())
+	}
+	if n := readLog(); n.Type != nvme.ResvNotifResvReleased || n.NSID != 1 || n.NumAvail != 0 {
+		t.Fatalf("host 2's notification %+v, want reservation released of namespace 1", n)
+	}
+	if c := a2.setFeature(nvme.FeatResvNotifMask, 1<<nvme.ResvNotifResvReleased); !c.Status.OK() {
+		t.Fatal(c.Status)
+	}
+	acquireRelease()
+	if n := readLog(); n.Type != nvme.ResvNotifEmpty {
+		t.Fatalf("masked notification delivered: %+v", n)
+	}
+	if st := resvCmd(q1, nvme.CmdResvRelease, nvme.ResvCmd{Action: nvme.ResvClear}, nvme.ResvKeys{CRKey: 1}); !st.OK() {
+		t.Fatal(st)
+	}
+	if n := readLog(); n.Type != nvme.ResvNotifResvPreempted {
+		t.Fatalf("host 2's notification after the clear %+v, want reservation preempted", n)
+	}
+}
