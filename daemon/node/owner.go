@@ -734,6 +734,14 @@ func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
 		delete(s.pending, i)
 		n.sendReport(report{Kind: kind + "-done", Array: a.Array, Member: a.Member, Epoch: s.epoch})
 		return
+	case state == "rebuilding" && full && k != "rebuild":
+		// A full rebuild is asked for (the drive was replaced) while the
+		// member resyncs from its old contents: that resync is void.
+		if err := s.array.FailMember(i, "replaced: rebuilt in full"); err != nil {
+			fail(err.Error())
+			return
+		}
+		delete(s.pending, i)
 	case state == "rebuilding":
 		// Running, or stopped on stripes that lack data: its member and
 		// connection stay (closing them would fail the member); queue it
