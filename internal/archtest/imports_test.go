@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"daemon/blockdev/blockdevtest": {"daemon/blockdev"},
 	"daemon/target":                {"daemon/blockdev", "daemon/nvme"},
 	"daemon/host":                  {"daemon/blockdev", "daemon/nvme"},
+	"daemon/rdma":                  {"daemon/blockdev", "daemon/nvme"},
 	"daemon/raid":                  {"daemon/blockdev"},
 	// The control plane.
 	"daemon/store":       {"daemon/config", "daemon/cluster"},
