@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
@@ -218,7 +219,9 @@ func TestReservationStaleDecisionRetried(t *testing.T) {
 	if r := q.read(1, 0, 1, testBS); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
 		t.Fatalf("read under another host's Exclusive Access: %v", r.cqe.Status)
 	}
+	shared.mu.Lock()
 	st := shared.states[fmt.Sprint(testSubNQN, uint32(1))]
+	shared.mu.Unlock()
 	if len(st.Registrants) != 2 || st.Generation != 2 {
 		t.Fatalf("stored state %+v, want both registrants, generation 2", st)
 	}
@@ -316,5 +319,66 @@ func TestReservationNotifications(t *testing.T) {
 	}
 	if n := readLog(); n.Type != nvme.ResvNotifResvPreempted {
 		t.Fatalf("host 2's notification after the clear %+v, want reservation preempted", n)
+	}
+}
+
+// TestPreemptAndAbortThroughOtherPathDrainsOwner: a preempt-and-abort
+// through another target completes only after the owner applied it, and
+// the owner applies it only after the preempted host's write that was
+// executing there has finished; the preempted host's next write is
+// refused.
+func TestPreemptAndAbortThroughOtherPathDrainsOwner(t *testing.T) {
+	g := &gatedDevice{Device: blockdev.NewMem(testSize, testBS), entered: make(chan struct{}, 1)}
+	shared := &sharedResv{states: map[string]ReservationState{}}
+	_, ownerAddr := newPathTarget(t, shared, g, 0x10, nvme.ANAOptimized)
+	_, otherAddr := newPathTarget(t, shared, g, 0x20, nvme.ANAInaccessible)
+	_, old := pathClient(t, ownerAddr, testHostNQN, testHostID)
+	_, next := pathClient(t, otherAddr, testHostNQN2, testHostID2)
+	resvCmd(old, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 1})
+	resvCmd(old, nvme.CmdResvAcquire, nvme.ResvCmd{Action: nvme.ResvAcquire, Type: nvme.ResvWriteExclusive}, nvme.ResvKeys{CRKey: 1})
+	resvCmd(next, nvme.CmdResvRegister, nvme.ResvCmd{Action: nvme.ResvRegister}, nvme.ResvKeys{Key2: 2})
+
+	g.mu.Lock() // hold the preempted host's write inside the owner's device
+	var unlock sync.Once
+	release := func() { unlock.Do(g.mu.Unlock) }
+	t.Cleanup(release)
+	for len(g.entered) > 0 {
+		<-g.entered
+	}
+	wdone := make(chan nvme.Status, 1)
+	go func() {
+		r, err := old.try(rwSQE(nvme.CmdWrite, 1, 0, 1), make([]byte, testBS), true)
+		if err != nil {
+			wdone <- 0xFFFF
+			return
+		}
+		wdone <- r.cqe.Status
+	}()
+	<-g.entered
+	pdone := make(chan nvme.Status, 1)
+	go func() {
+		r, err := next.try(nvme.SQE{Opcode: nvme.CmdResvAcquire, NSID: 1,
+			CDW10: nvme.ResvCmd{Action: nvme.ResvPreemptAndAbort, Type: nvme.ResvWriteExclusive}.CDW10()},
+			nvme.ResvKeys{CRKey: 2, Key2: 1}.Append(nil), true)
+		if err != nil {
+			pdone <- 0xFFFF
+			return
+		}
+		pdone <- r.cqe.Status
+	}()
+	select {
+	case st := <-pdone:
+		t.Fatalf("preempt-and-abort through the other path completed (%v) while the preempted write ran on the owner", st)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	if st := <-wdone; !st.OK() {
+		t.Fatalf("the write admitted before the preempt: %v", st)
+	}
+	if st := <-pdone; !st.OK() {
+		t.Fatalf("preempt-and-abort: %v", st)
+	}
+	if r := old.writeBlocks(1, 0, make([]byte, testBS), testBS, true); r.cqe.Status != nvme.StatusReservationConflict|nvme.StatusDNR {
+		t.Fatalf("the preempted host's write on the owner afterwards: %v, want reservation conflict", r.cqe.Status)
 	}
 }
