@@ -38,8 +38,12 @@ import (
 // the rdma build tag.
 var ErrNotBuilt = errors.New("tier0 was built without RDMA support (build with -tags rdma and rdma-core's libibverbs-dev/librdmacm-dev)")
 
-// ErrNoDevice: rdma-core found no RDMA device on this machine.
-var ErrNoDevice = errors.New("no RDMA device (ibv_get_device_list found none); load rdma_rxe and add a link: rdma link add rxe0 type rxe netdev eth0")
+// ErrNoDevice: rdma-core found no RDMA device on this machine (the error
+// returned wraps it and says what is missing).
+var ErrNoDevice = errors.New("no RDMA device")
+
+// softRoCEHint says how to get a device without RDMA hardware.
+const softRoCEHint = "load rdma_rxe and add a link: rdma link add rxe0 type rxe netdev eth0"
 
 // ErrClosed: the connection was closed.
 var ErrClosed = errors.New("rdma: connection closed")

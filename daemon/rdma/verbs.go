@@ -230,10 +230,13 @@ type Conn struct {
 func checkDevices() error {
 	n, err := C.t0_count_devices()
 	if n < 0 {
-		return fmt.Errorf("rdma: ibv_get_device_list failed (%v); is ib_uverbs loaded (modprobe ib_uverbs)?", err)
+		if errors.Is(err, syscall.ENOSYS) {
+			return fmt.Errorf("%w (ibv_get_device_list: %v: /sys/class/infiniband_verbs is absent, the kernel's ib_uverbs is not loaded); modprobe ib_uverbs, or for soft-RoCE %s", ErrNoDevice, err, softRoCEHint)
+		}
+		return fmt.Errorf("%w (ibv_get_device_list failed: %v); %s", ErrNoDevice, err, softRoCEHint)
 	}
 	if n == 0 {
-		return ErrNoDevice
+		return fmt.Errorf("%w (ibv_get_device_list found none); %s", ErrNoDevice, softRoCEHint)
 	}
 	return nil
 }

@@ -121,7 +121,7 @@ MODS="nvme-core nvme-fabrics nvme-tcp nvmet nvmet-tcp configfs
       virtio_pci virtio_net virtio_blk 9pnet_virtio 9p virtio-rng
       crc32c-intel crc32c_generic crc64_rocksoft_generic crct10dif-pclmul
       xfs
-      rdma_rxe rdma_ucm ib_uverbs nvme-rdma nvmet-rdma"
+      rdma_rxe rdma_ucm ib_uverbs nvme-rdma nvmet-rdma crc32_generic"
 mkdir -p "$R/lib/modules/$KVER"
 for m in $MODS; do
     modprobe -d "$KSTAGE" -S "$KVER" --show-depends "$m" 2>/dev/null |

@@ -1,0 +1,44 @@
+// Command rdmaguest is test/rdma's in-guest driver: built with -tags rdma,
+// copied into the Linux test guest and run there against the kernel's
+// nvmet-rdma over soft-RoCE (rdma_rxe). Each mode prints one "PASS ..." or
+// "FAIL ..." line per check and exits non-zero on the first failure.
+//
+//	rdmaguest -mode nodevice            (before any RDMA link exists)
+//	rdmaguest -mode host -addr A -nqn N (tier0's NVMe/RDMA host vs nvmet-rdma)
+//	rdmaguest -mode loopback -addr A    (tier0's Listener/Accept, RDMA READ/WRITE)
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"tier0/daemon/rdma"
+)
+
+func main() {
+	mode := flag.String("mode", "host", "nodevice | host | loopback")
+	addr := flag.String("addr", "10.0.2.15:4420", "target IPv4 HOST:PORT")
+	nqn := flag.String("nqn", "", "subsystem NQN (mode host)")
+	flag.Parse()
+	if !rdma.Built {
+		fmt.Println("FAIL", rdma.ErrNotBuilt)
+		os.Exit(2)
+	}
+	var err error
+	switch *mode {
+	case "nodevice":
+		err = noDevice(*addr)
+	case "host":
+		err = host(*addr, *nqn)
+	case "loopback":
+		err = loopback(*addr)
+	default:
+		err = fmt.Errorf("unknown -mode %q (want nodevice, host or loopback)", *mode)
+	}
+	if err != nil {
+		fmt.Println("FAIL", err)
+		os.Exit(1)
+	}
+	fmt.Println("PASS", *mode)
+}
