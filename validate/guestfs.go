@@ -283,7 +283,7 @@ func (r *runner) fsFailover() {
 	for _, n := range r.cfg.Nodes {
 		ports = append(ports, n.Frontend.Port)
 	}
-	if err := os.MkdirAll(filepath.Join(share, "out"), 0o755); err == nil {
+	if err = os.MkdirAll(filepath.Join(share, "out"), 0o755); err == nil {
 		err = os.WriteFile(filepath.Join(share, "run.sh"), []byte(fsGuestScript(r.cfg.SubsystemNQN(array), ports)), 0o755)
 	}
 	if err != nil {
