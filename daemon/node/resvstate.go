@@ -124,7 +124,12 @@ func (s *served) syncReservation() error {
 	if !ok || s.n.frontend == nil {
 		return nil
 	}
+	// A few tries: the coordinator asks for optimized once per takeover.
 	st, err := b.Load(s.nqn, frontendNSID)
+	for try := 1; err != nil && try < 3; try++ {
+		time.Sleep(500 * time.Millisecond)
+		st, err = b.Load(s.nqn, frontendNSID)
+	}
 	if err != nil {
 		return fmt.Errorf("array %s: reading the hosts' reservations before serving I/O: %w", s.cfg.Name, err)
 	}
