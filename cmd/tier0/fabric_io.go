@@ -16,6 +16,7 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/host"
+	"tier0/daemon/rdma"
 	"tier0/internal/units"
 )
 
@@ -25,6 +26,7 @@ import (
 // fabricIOOptions are the flags of fabric io.
 type fabricIOOptions struct {
 	connect, nqn, hostNQN, hostID string
+	transport                     string // tcp (default) or rdma
 	nsid                          uint32
 	write, read, verify           bool
 	offset, length, block         string
@@ -39,6 +41,7 @@ type fabricIOOptions struct {
 func (o *fabricIOOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.connect, "connect", "", "controller address HOST:PORT (required)")
 	f.StringVar(&o.nqn, "nqn", "", "subsystem NQN (required)")
+	f.StringVar(&o.transport, "transport", "tcp", "fabric transport: tcp or rdma (rdma needs a binary built with -tags rdma, see docs/RDMA.md)")
 	f.Uint32Var(&o.nsid, "nsid", 1, "namespace ID")
 	f.BoolVar(&o.write, "write", false, "write the pattern to the range")
 	f.BoolVar(&o.read, "read", false, "read the range")
@@ -181,14 +184,31 @@ func runFabricIO(ctx context.Context, o *fabricIOOptions, stdout io.Writer) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	c, err := host.Dial(ctx, o.connect, hopts)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ns, err := c.Namespace(o.nsid)
-	if err != nil {
-		return err
+	var ns blockdev.Device
+	switch o.transport {
+	case "", "tcp":
+		c, err := host.Dial(ctx, o.connect, hopts)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if ns, err = c.Namespace(o.nsid); err != nil {
+			return err
+		}
+	case "rdma":
+		if o.hdgst || o.ddgst || hopts.DHCHAPSecret != "" {
+			return errors.New("fabric io: --hdgst, --ddgst and --dhchap-secret are NVMe/TCP options; the RDMA transport has no digests and no in-band authentication yet")
+		}
+		c, err := rdma.Connect(ctx, o.connect, rdma.Options{SubNQN: o.nqn, HostNQN: o.hostNQN, HostID: hopts.HostID, IOQueues: o.queues, QueueDepth: o.depth})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if ns, err = c.Namespace(o.nsid); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("fabric io: --transport %q: want tcp or rdma", o.transport)
 	}
 	if length == 0 {
 		length = ns.Size() - off
