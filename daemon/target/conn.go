@@ -2,6 +2,7 @@ package target
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -83,24 +84,57 @@ type request struct {
 	cqe       nvme.CQE
 	sendLen   int // bytes of data to send to the host with the response
 	closeConn bool
+	lat       *nsLat // the latency average of its namespace (reads, writes)
 }
 
 var reqPool = sync.Pool{New: func() any { return new(request) }}
 
-// outMsg is one thing for the writer goroutine to put on the wire.
-type outMsg struct {
+// pauseWorker, queued to the workers, makes the one that takes it wait for
+// a stalled inline command to finish (see takeOver).
+var pauseWorker = new(request)
+
+// outItem is one thing to put on the wire.
+type outItem struct {
 	req  *request // a response (CQE, maybe data); nil for the kinds below
-	r2t  *nvme.R2T
-	cqe  nvme.CQE // a bare response (AER completion) when req and r2t are nil
+	r2t  nvme.R2T // when isR2T
+	cqe  nvme.CQE // a bare response (AER completion)
 	term []byte   // a C2HTermReq, then close
+	isR2T bool
 }
+
+// Inline execution (see dispatch and runBatch): a read or write whose
+// namespace answered in under inlineLimit on average is run by the reader
+// itself, between parsing the PDUs of one wake-up and writing their
+// answers; others go to the queue's workers. An inline command that runs
+// for longer than stallAfter (checked twice, so up to twice that) hands
+// the reader's role to a new goroutine: the rest of its batch goes to the
+// workers, the answers already made are written, and no further command of
+// the queue runs inline until it returned.
+const (
+	inlineLimit = 30 * time.Microsecond
+	stallAfter  = time.Millisecond
+)
+
+// nsLat is a moving average of one namespace's execution time on one
+// queue (reads and writes, in nanoseconds; 1/8 weight per command).
+type nsLat struct {
+	nsid uint32
+	avg  atomic.Int64
+}
+
+func (l *nsLat) add(d time.Duration) {
+	old := l.avg.Load()
+	l.avg.Store(old + (int64(d)-old)/8) // a lost update between workers is harmless
+}
+
+// errHandedOff: this goroutine no longer holds the reader's role.
+var errHandedOff = errors.New("reader role handed off")
 
 // conn is one NVMe/TCP connection, i.e. one queue.
 type conn struct {
 	t       *Target
 	nc      net.Conn
 	br      *bufio.Reader
-	bw      *bufio.Writer
 	digest  uint8
 	hdr     [nvme.CapsuleCmdHLen + nvme.DigestLen]byte
 	scratch [nvme.DigestLen]byte
@@ -115,13 +149,43 @@ type conn struct {
 	free  []uint16
 	sqhd  uint32
 
-	out       chan outMsg
 	done      chan struct{}
 	closeOnce sync.Once
 	work      chan *request
 	workers   sync.WaitGroup
-	writerWG  sync.WaitGroup
-	wbuf      []byte
+	unpause   chan struct{} // one per pauseWorker, when its stalled command returned
+	torn      chan struct{} // closed when teardown finished
+
+	// The output (emit, writeOut): answers queue in oq; the goroutine that
+	// finds no writer becomes it and writes everything queued with one
+	// writev per round. The reader holds the writer's role while it parses
+	// and executes the PDUs of one wake-up (oplug), so that their answers
+	// leave together.
+	omu      sync.Mutex
+	oidle    sync.Cond // signalled when owriting drops
+	oq       []outItem
+	ospare   []outItem
+	owriting bool // a goroutine holds the writer's role
+	oplug    bool // the reader holds it (it writes when its batch is done)
+	oplugReq bool // the reader wants it when the present writer is done
+	odead    bool // nothing more is written; queued items are released
+	hdrs     []byte      // PDU headers of one round (writer only)
+	iov      [][]byte    // what one round writes (writer only)
+	wv       net.Buffers // iov, consumed by WriteTo
+
+	// inline execution, see runBatch and takeOver
+	emu      sync.Mutex
+	batch    []*request // parsed commands to run inline (the reader's)
+	bi       int        // next one to run
+	inBatch  bool
+	execSeq  uint64 // inline commands started
+	watchSeq uint64 // execSeq when the watchdog last looked
+	gen      uint64 // the reader's generation; a take-over increments it
+	stopped  bool   // teardown began: no more take-overs
+	watch    *time.Timer
+	stalled  atomic.Int32   // inline commands that outlived stallAfter, still running
+	execWG   sync.WaitGroup // those commands (teardown waits for them)
+	lat      []*nsLat
 
 	// drain: an I/O queue counts in its subsystem's quiesce accounting
 	// (subsystem.drains) from the moment it is known dead (teardown, or its
@@ -135,8 +199,8 @@ type conn struct {
 }
 
 func newConn(t *Target, nc net.Conn) *conn {
-	c := &conn{t: t, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 64<<10),
-		out: make(chan outMsg, 2*adminQueueDepth+8), done: make(chan struct{})}
+	c := &conn{t: t, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), done: make(chan struct{}), torn: make(chan struct{})}
+	c.oidle.L = &c.omu
 	c.setDepth(adminQueueDepth)
 	return c
 }
@@ -177,40 +241,111 @@ func (c *conn) remote() string {
 
 // serve runs the connection until it fails or is closed.
 func (c *conn) serve() {
-	defer c.teardown()
 	_ = c.nc.SetReadDeadline(time.Now().Add(connectTimeout))
 	if err := c.handshake(); err != nil {
 		c.t.warnLimited("icreq:"+c.remote(), "NVMe/TCP connection setup failed", "remote", c.remote(), "err", err)
+		c.teardown()
 		return
 	}
-	c.writerWG.Add(1)
-	go c.writer()
-	for {
-		if err := c.readPDU(); err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				c.t.warnLimited("conn:"+c.remote(), "NVMe/TCP connection closed", "remote", c.remote(), "qid", c.qid, "err", err)
-			}
-			return
-		}
+	if c.readLoop(0) == errHandedOff {
+		<-c.torn // another goroutine reads now, and tears down at the end
 	}
+}
+
+// readLoop holds the reader's role of generation gen: it parses every
+// complete PDU the read buffer holds, runs the commands gathered for
+// inline execution, writes the answers of the wake-up, and reads again.
+// It tears the connection down when reading fails, and returns
+// errHandedOff when a stalled inline command made it give up its role.
+func (c *conn) readLoop(gen uint64) error {
+	c.plug()
+	for {
+		err := c.readPDU()
+		if err == nil && c.pduBuffered() {
+			continue
+		}
+		if err == nil {
+			if !c.runBatch(gen) {
+				return errHandedOff
+			}
+			c.unplug()
+			continue
+		}
+		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			c.t.warnLimited("conn:"+c.remote(), "NVMe/TCP connection closed", "remote", c.remote(), "qid", c.qid, "err", err)
+		}
+		c.teardown()
+		return err
+	}
+}
+
+// pduBuffered reports whether the read buffer holds a whole PDU.
+func (c *conn) pduBuffered() bool {
+	n := c.br.Buffered()
+	if n < nvme.CommonHeaderLen {
+		return false
+	}
+	b, _ := c.br.Peek(nvme.CommonHeaderLen)
+	return uint32(n) >= binary.LittleEndian.Uint32(b[4:])
+}
+
+// readFull fills p from the connection. Before it waits for the socket it
+// writes what the reader holds, and takes the writer's role again after.
+func (c *conn) readFull(p []byte) error {
+	if c.br.Buffered() >= len(p) {
+		_, err := io.ReadFull(c.br, p)
+		return err
+	}
+	c.unplug()
+	_, err := io.ReadFull(c.br, p)
+	c.plug()
+	return err
 }
 
 // teardown ends the connection: it is the command lifetime rule's target
 // half (docs/FABRIC.md, "Command lifetime"). Commands queued for the
-// workers but not started are dropped — never executed, the device never
-// sees them — and teardown waits for those already executing. Until they
-// have finished the queue counts as draining, and its host cannot connect
-// a new I/O queue to the subsystem (see connect), so a command of this
-// connection can never run after the host's retry of it on a new one.
+// workers or for inline execution but not started are dropped — never
+// executed, the device never sees them — and teardown waits for those
+// already executing. Until they have finished the queue counts as
+// draining, and its host cannot connect a new I/O queue to the subsystem
+// (see connect), so a command of this connection can never run after the
+// host's retry of it on a new one. A request's buffer returns to its pool
+// only once no write of it is in progress.
 func (c *conn) teardown() {
 	c.close()
+	c.emu.Lock()
+	c.stopped = true
+	for _, r := range c.batch[c.bi:] {
+		c.drop(r)
+	}
+	c.batch, c.bi, c.inBatch = nil, 0, false
+	c.emu.Unlock()
+	if c.watch != nil {
+		c.watch.Stop()
+	}
 	if c.work != nil {
 		c.beginDrain(c.ctrl)
 		close(c.work)
 		c.workers.Wait()
+		c.execWG.Wait()
 		c.endDrain()
 	}
-	c.writerWG.Wait()
+	c.execWG.Wait()
+	c.omu.Lock()
+	c.odead = true
+	if c.oplug {
+		c.oplug, c.owriting = false, false
+	}
+	c.oplugReq = false
+	for c.owriting {
+		c.oidle.Wait()
+	}
+	q := c.oq
+	c.oq = nil
+	c.omu.Unlock()
+	for i := range q {
+		c.release(&q[i])
+	}
 	if ctrl := c.ctrl; ctrl != nil {
 		if c.qid == 0 {
 			ctrl.shutdown()
@@ -222,20 +357,19 @@ func (c *conn) teardown() {
 			ctrl.mu.Unlock()
 		}
 	}
+	close(c.torn)
 }
 
 // terminate sends a C2HTermReq and returns an error that ends the
-// connection. hdr is the offending header.
+// connection. hdr is the offending header. Called by the reader.
 func (c *conn) terminate(fes uint16, fei uint32, hdr []byte, why string) error {
 	term := nvme.TermReq{Type: nvme.PDUC2HTermReq, FES: fes, FEI: fei, Data: hdr}.Append(nil)
+	// The writer sends it after what is queued, then closes.
+	c.emit(outItem{term: term})
+	c.unplug()
 	select {
-	case c.out <- outMsg{term: term}:
-		// The writer sends it after what is queued, then closes.
-		select {
-		case <-c.done:
-		case <-time.After(2 * time.Second):
-		}
 	case <-c.done:
+	case <-time.After(2 * time.Second):
 	}
 	return fmt.Errorf("%s (FES %#x, FEI %d): %w", why, fes, fei, errTerminated)
 }
@@ -287,7 +421,7 @@ func (c *conn) hdgst() int {
 // readPDU reads and handles one PDU from the host.
 func (c *conn) readPDU() error {
 	b := c.hdr[:nvme.CommonHeaderLen]
-	if _, err := io.ReadFull(c.br, b); err != nil {
+	if err := c.readFull(b); err != nil {
 		return err
 	}
 	h, err := nvme.ParseHeader(b)
@@ -312,7 +446,7 @@ func (c *conn) readPDU() error {
 			n = nvme.TermReqHLen + nvme.MaxTermReqData
 		}
 		rest := make([]byte, n)
-		_, _ = io.ReadFull(c.br, rest)
+		_ = c.readFull(rest)
 		tr, _ := nvme.ParseTermReq(append(append([]byte{}, b...), rest...))
 		return fmt.Errorf("host sent H2CTermReq FES %#x FEI %d: %w", tr.FES, tr.FEI, errTerminated)
 	case nvme.PDUCapsuleCmd, nvme.PDUH2CData:
@@ -324,7 +458,7 @@ func (c *conn) readPDU() error {
 	}
 	hd := c.hdgst()
 	hb := c.hdr[:int(h.HLen)+hd]
-	if _, err := io.ReadFull(c.br, hb[nvme.CommonHeaderLen:]); err != nil {
+	if err := c.readFull(hb[nvme.CommonHeaderLen:]); err != nil {
 		return err
 	}
 	if hd != 0 && !nvme.CheckDigest(hb[:h.HLen], hb[h.HLen:]) {
@@ -394,11 +528,11 @@ func (c *conn) readCapsule(h nvme.Header, hb []byte, dataLen int) error {
 		r.buf = c.t.pools.get(dataLen)
 		r.data = r.buf.b
 		r.inCapsule = true
-		if _, err := io.ReadFull(c.br, r.data); err != nil {
+		if err := c.readFull(r.data); err != nil {
 			return err
 		}
 		if c.digest&nvme.DigestData != 0 {
-			if _, err := io.ReadFull(c.br, c.scratch[:]); err != nil {
+			if err := c.readFull(c.scratch[:]); err != nil {
 				return err
 			}
 			if !nvme.CheckDigest(r.data, c.scratch[:]) {
@@ -436,11 +570,11 @@ func (c *conn) readH2CData(h nvme.Header, hb []byte, dataLen int) error {
 		return c.terminate(nvme.FESDataOutOfRange, 12, hb, fmt.Sprintf("H2CData offset %d length %d, expected offset %d of %d", p.Offset, p.Length, r.rcvd, r.want))
 	}
 	dst := r.data[p.Offset : p.Offset+p.Length]
-	if _, err := io.ReadFull(c.br, dst); err != nil {
+	if err := c.readFull(dst); err != nil {
 		return err
 	}
 	if c.digest&nvme.DigestData != 0 {
-		if _, err := io.ReadFull(c.br, c.scratch[:]); err != nil {
+		if err := c.readFull(c.scratch[:]); err != nil {
 			return err
 		}
 		if !nvme.CheckDigest(dst, c.scratch[:]) {
@@ -511,10 +645,7 @@ func (c *conn) start(r *request) {
 			r.buf = c.t.pools.get(int(sgl.Length))
 			r.data = r.buf.b
 			r.want, r.waiting = sgl.Length, true
-			select {
-			case c.out <- outMsg{r2t: &nvme.R2T{CID: r.sqe.CID, TTag: r.slot, Length: r.want}}:
-			case <-c.done:
-			}
+			c.emit(outItem{isR2T: true, r2t: nvme.R2T{CID: r.sqe.CID, TTag: r.slot, Length: r.want}})
 			return
 		default:
 			c.complete(r, nvme.StatusSGLInvalidType|nvme.StatusDNR)
@@ -534,11 +665,20 @@ func (c *conn) start(r *request) {
 }
 
 // dispatch runs a command whose data has arrived: admin and fabrics
-// commands inline, I/O commands on the queue's workers.
+// commands at once, reads and writes of a namespace that answers fast
+// inline after the PDUs of this wake-up are parsed (runBatch), other I/O
+// commands on the queue's workers.
 func (c *conn) dispatch(r *request) {
 	if c.qid == 0 || c.work == nil || r.sqe.Opcode == nvme.CmdFabrics {
 		c.t.execute(r)
 		return
+	}
+	if op := r.sqe.Opcode; op == nvme.CmdRead || op == nvme.CmdWrite {
+		r.lat = c.latOf(r.sqe.NSID)
+		if r.lat != nil && c.stalled.Load() == 0 && r.lat.avg.Load() < int64(inlineLimit) {
+			c.batch = append(c.batch, r)
+			return
+		}
 	}
 	select {
 	case c.work <- r:
@@ -547,20 +687,140 @@ func (c *conn) dispatch(r *request) {
 	}
 }
 
+// latOf returns the latency average of namespace nsid on this queue (nil
+// past the first 8 namespaces: their commands always go to the workers).
+// Called by the reader.
+func (c *conn) latOf(nsid uint32) *nsLat {
+	for _, l := range c.lat {
+		if l.nsid == nsid {
+			return l
+		}
+	}
+	if len(c.lat) >= 8 {
+		return nil
+	}
+	l := &nsLat{nsid: nsid}
+	c.lat = append(c.lat, l)
+	return l
+}
+
+// runBatch executes the commands gathered for inline execution, under the
+// watchdog (onWatch). It returns false when this reader (generation gen)
+// lost its role while it executed one.
+func (c *conn) runBatch(gen uint64) bool {
+	if len(c.batch) == 0 {
+		return true
+	}
+	c.emu.Lock()
+	c.inBatch, c.bi, c.watchSeq = true, 0, c.execSeq
+	c.emu.Unlock()
+	if c.watch == nil {
+		c.watch = time.AfterFunc(stallAfter, c.onWatch)
+	} else {
+		c.watch.Reset(stallAfter)
+	}
+	t0 := time.Now()
+	for {
+		c.emu.Lock()
+		if c.gen != gen {
+			// a stalled command: the batch went to the workers and a new
+			// reader took over (takeOver); this goroutine only finishes
+			c.emu.Unlock()
+			c.stalled.Add(-1)
+			c.unpause <- struct{}{}
+			c.execWG.Done()
+			return false
+		}
+		if c.bi == len(c.batch) {
+			c.inBatch = false
+			c.batch, c.bi = c.batch[:0], 0
+			c.emu.Unlock()
+			break
+		}
+		r := c.batch[c.bi]
+		c.bi++
+		c.execSeq++
+		c.emu.Unlock()
+		if c.closing() {
+			c.drop(r)
+			continue
+		}
+		l := r.lat // r is recycled once its answer is written
+		c.t.execute(r)
+		t1 := time.Now()
+		if l != nil {
+			l.add(t1.Sub(t0))
+		}
+		t0 = t1
+	}
+	c.watch.Stop()
+	return true
+}
+
+// onWatch is the inline watchdog: it hands the reader's role over when the
+// command the reader executes has not changed since its last look.
+func (c *conn) onWatch() {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	if !c.inBatch || c.stopped {
+		return
+	}
+	if c.execSeq != c.watchSeq {
+		c.watchSeq = c.execSeq
+		c.watch.Reset(stallAfter)
+		return
+	}
+	c.takeOverLocked()
+}
+
+// takeOverLocked (c.emu held) gives the role of the reader stalled in an
+// inline command to a new goroutine. The rest of its batch goes to the
+// workers, behind a pauseWorker that keeps one worker idle until the
+// stalled command returns (so that no more commands execute at once than
+// the queue has workers), and the answers it holds are written.
+func (c *conn) takeOverLocked() {
+	c.gen++
+	c.stalled.Add(1)
+	c.execWG.Add(1)
+	c.work <- pauseWorker // never blocks: room for depth commands and depth pauses
+	for _, r := range c.batch[c.bi:] {
+		c.work <- r
+	}
+	c.batch, c.bi, c.inBatch = nil, 0, false
+	gen := c.gen
+	c.omu.Lock()
+	own := c.oplug
+	c.oplug, c.oplugReq = false, false
+	c.omu.Unlock()
+	if own {
+		go c.writeOut()
+	}
+	go c.readLoop(gen) //nolint:errcheck // it ends the connection itself
+}
+
 func (c *conn) startWorkers(n int) {
-	c.work = make(chan *request, c.depth)
+	c.work = make(chan *request, 2*c.depth)
+	c.unpause = make(chan struct{}, c.depth)
 	for i := 0; i < n; i++ {
 		c.workers.Add(1)
 		go func() {
 			defer c.workers.Done()
 			for r := range c.work {
+				if r == pauseWorker {
+					<-c.unpause
+					continue
+				}
 				if c.closing() {
 					// the connection is dead: its host has given up
 					// on this command and may resubmit it elsewhere
 					c.drop(r)
 					continue
 				}
+				l, t0 := r.lat, time.Now() // r is recycled once its answer is written
 				c.t.execute(r)
+				if l != nil {
+					l.add(time.Since(t0))
+				}
 			}
 		}()
 	}
@@ -627,106 +887,173 @@ func (c *conn) complete(r *request, st nvme.Status) {
 	if !st.OK() {
 		r.sendLen = 0
 	}
-	select {
-	case c.out <- outMsg{req: r}:
-	case <-c.done:
-	}
+	c.emit(outItem{req: r})
 }
 
-// sendCQE sends a completion that has no request (AER).
+// sendCQE sends a completion that has no request (AER), without holding
+// the caller on the socket.
 func (c *conn) sendCQE(cqe nvme.CQE) {
-	select {
-	case c.out <- outMsg{cqe: cqe}:
-	case <-c.done:
-	default:
-		// The writer is backed up; deliver without holding the caller.
-		go func() {
-			select {
-			case c.out <- outMsg{cqe: cqe}:
-			case <-c.done:
-			}
-		}()
+	if c.queue(outItem{cqe: cqe}) {
+		go c.writeOut()
 	}
 }
 
-// writer owns the socket's write side: it turns outMsgs into PDUs,
-// batching them into one flush while more are queued.
-func (c *conn) writer() {
-	defer c.writerWG.Done()
+// emit queues it for the wire; the caller writes it (and whatever else is
+// queued) when no other goroutine holds the writer's role.
+func (c *conn) emit(it outItem) {
+	if c.queue(it) {
+		c.writeOut()
+	}
+}
+
+// queue adds it to the output and reports whether the caller took the
+// writer's role.
+func (c *conn) queue(it outItem) bool {
+	c.omu.Lock()
+	if c.odead {
+		c.omu.Unlock()
+		c.release(&it)
+		return false
+	}
+	c.oq = append(c.oq, it)
+	if c.owriting {
+		c.omu.Unlock()
+		return false
+	}
+	c.owriting = true
+	c.omu.Unlock()
+	return true
+}
+
+// plug makes the reader the writer for the batch it is about to parse (or
+// the next writer, when another goroutine is writing now).
+func (c *conn) plug() {
+	c.omu.Lock()
+	if !c.odead {
+		if !c.owriting {
+			c.owriting, c.oplug = true, true
+		} else if !c.oplug {
+			c.oplugReq = true
+		}
+	}
+	c.omu.Unlock()
+}
+
+// unplug writes what the reader held back.
+func (c *conn) unplug() {
+	c.omu.Lock()
+	c.oplugReq = false
+	own := c.oplug
+	c.oplug = false
+	c.omu.Unlock()
+	if own {
+		c.writeOut()
+	}
+}
+
+// writeOut writes everything queued, one writev per round, until the
+// queue is empty; the caller holds the writer's role and gives it up (or
+// hands it to the reader that asked for it) on return. A request's
+// buffer and the request itself are recycled only after the write that
+// carried them returned.
+func (c *conn) writeOut() {
 	for {
-		var m outMsg
-		select {
-		case m = <-c.out:
-		case <-c.done:
+		c.omu.Lock()
+		if len(c.oq) == 0 || c.odead {
+			if c.oplugReq && !c.odead {
+				c.oplugReq, c.oplug = false, true
+			} else {
+				c.owriting = false
+				c.oidle.Broadcast()
+			}
+			c.omu.Unlock()
 			return
 		}
-		for {
-			if err := c.writeMsg(m); err != nil {
-				c.close()
-				return
+		items := c.oq
+		c.oq, c.ospare = c.ospare[:0], nil
+		c.omu.Unlock()
+		end, err := c.writeItems(items)
+		for i := range items {
+			c.release(&items[i])
+			items[i] = outItem{}
+		}
+		c.omu.Lock()
+		if c.ospare == nil {
+			c.ospare = items[:0]
+		}
+		if err != nil || end {
+			c.odead = true
+		}
+		c.omu.Unlock()
+		if err != nil || end {
+			c.close()
+		}
+	}
+}
+
+// writeItems puts items on the wire with one vectored write: headers from
+// c.hdrs, data from the requests' own buffers. end reports a TermReq or a
+// response that ends the connection (what follows it is not written).
+func (c *conn) writeItems(items []outItem) (end bool, err error) {
+	if need := len(items) * 64; cap(c.hdrs) < need {
+		c.hdrs = make([]byte, 0, 2*need)
+	}
+	hdrs, iov := c.hdrs[:0], c.iov[:0]
+	for i := range items {
+		m := &items[i]
+		start := len(hdrs)
+		switch {
+		case m.term != nil:
+			iov = append(iov, m.term)
+			end = true
+		case m.isR2T:
+			hdrs = m.r2t.Append(hdrs, c.digest)
+			iov = append(iov, hdrs[start:])
+		case m.req == nil:
+			m.cqe.SQID = c.qid
+			m.cqe.SQHead = c.sqHead()
+			hdrs = nvme.AppendCapsuleResp(hdrs, &m.cqe, c.digest)
+			iov = append(iov, hdrs[start:])
+		default:
+			r := m.req
+			c.freeSlot(r)
+			if r.sendLen > 0 {
+				d := r.data[:r.sendLen]
+				hdrs = nvme.DataPDU{Type: nvme.PDUC2HData, Flags: nvme.FlagDataLast, CID: r.sqe.CID, Length: uint32(len(d))}.Append(hdrs, c.digest)
+				iov = append(iov, hdrs[start:], d)
+				if c.digest&nvme.DigestData != 0 {
+					start = len(hdrs)
+					hdrs = nvme.AppendDigest(hdrs, d)
+					iov = append(iov, hdrs[start:])
+				}
+				start = len(hdrs)
 			}
-			select {
-			case m = <-c.out:
-				continue
-			default:
-			}
+			r.cqe.SQID = c.qid
+			r.cqe.SQHead = c.sqHead()
+			hdrs = nvme.AppendCapsuleResp(hdrs, &r.cqe, c.digest)
+			iov = append(iov, hdrs[start:])
+			end = r.closeConn
+		}
+		if end {
 			break
 		}
-		if err := c.bw.Flush(); err != nil {
-			c.close()
-			return
-		}
 	}
+	c.hdrs, c.iov = hdrs, iov
+	c.wv = iov
+	_, err = c.wv.WriteTo(c.nc)
+	clear(iov)
+	return end, err
 }
 
-func (c *conn) writeMsg(m outMsg) error {
-	if m.term != nil {
-		_, _ = c.bw.Write(m.term)
-		_ = c.bw.Flush()
-		c.close()
-		return errTerminated
+// release recycles the request and buffer of an item that was written or
+// will never be.
+func (c *conn) release(m *outItem) {
+	if r := m.req; r != nil {
+		c.freeSlot(r)
+		c.t.pools.put(r.buf)
+		*r = request{}
+		reqPool.Put(r)
 	}
-	if m.r2t != nil {
-		c.wbuf = m.r2t.Append(c.wbuf[:0], c.digest)
-		_, err := c.bw.Write(c.wbuf)
-		return err
-	}
-	r := m.req
-	if r == nil {
-		m.cqe.SQID = c.qid
-		m.cqe.SQHead = c.sqHead()
-		c.wbuf = nvme.AppendCapsuleResp(c.wbuf[:0], &m.cqe, c.digest)
-		_, err := c.bw.Write(c.wbuf)
-		return err
-	}
-	c.freeSlot(r)
-	var err error
-	if r.sendLen > 0 {
-		d := r.data[:r.sendLen]
-		c.wbuf = nvme.DataPDU{Type: nvme.PDUC2HData, Flags: nvme.FlagDataLast, CID: r.sqe.CID, Length: uint32(len(d))}.Append(c.wbuf[:0], c.digest)
-		if _, err = c.bw.Write(c.wbuf); err == nil {
-			if _, err = c.bw.Write(d); err == nil && c.digest&nvme.DigestData != 0 {
-				c.wbuf = nvme.AppendDigest(c.wbuf[:0], d)
-				_, err = c.bw.Write(c.wbuf)
-			}
-		}
-	}
-	if err == nil {
-		r.cqe.SQID = c.qid
-		r.cqe.SQHead = c.sqHead()
-		c.wbuf = nvme.AppendCapsuleResp(c.wbuf[:0], &r.cqe, c.digest)
-		_, err = c.bw.Write(c.wbuf)
-	}
-	closeConn := r.closeConn
-	c.t.pools.put(r.buf)
-	*r = request{}
-	reqPool.Put(r)
-	if err == nil && closeConn {
-		_ = c.bw.Flush()
-		c.close()
-		return errTerminated
-	}
-	return err
 }
 
 func (c *conn) sqHead() uint16 {

@@ -1,0 +1,112 @@
+package target
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/nvme"
+)
+
+// ioQueue returns the target's connection of I/O queue qid of controller id.
+func ioQueue(t *testing.T, tg *Target, id, qid uint16) *conn {
+	t.Helper()
+	tg.mu.Lock()
+	ctrl := tg.ctrls[id]
+	tg.mu.Unlock()
+	if ctrl == nil {
+		t.Fatalf("controller %d not found", id)
+	}
+	ctrl.mu.Lock()
+	defer ctrl.mu.Unlock()
+	return ctrl.ioq[qid]
+}
+
+// TestInlineStallHandsOffReader: reads and writes of a fast namespace run
+// inline on the connection's reader; when one of them blocks in the
+// device, the reader's role passes to a new goroutine, so that the other
+// commands of the same connection still complete while it is held, and the
+// held one completes once the device lets it go.
+func TestInlineStallHandsOffReader(t *testing.T) {
+	mem := blockdev.NewMem(testSize, testBS)
+	dev := newHoldFirstWrite(mem)
+	tg, addr := newTarget(t, Config{}, dev)
+	t.Cleanup(dev.release) // before the target's Close, which waits for the held write
+	_, id := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	q := ioConnect(t, addr, 0, testHostNQN, testHostID, id, 1)
+	for i := 0; i < 4; i++ { // fast reads: the namespace runs inline
+		if r := q.read(1, uint64(i), 1, testBS); !r.cqe.Status.OK() {
+			t.Fatalf("read %d: %v", i, r.cqe.Status)
+		}
+	}
+	ioq := ioQueue(t, tg, id, 1)
+	if n := ioq.stalled.Load(); n != 0 {
+		t.Fatalf("%d stalled inline commands before any write", n)
+	}
+
+	held := bytes.Repeat([]byte{0xAA}, testBS)
+	s := rwSQE(nvme.CmdWrite, 1, 7, 1)
+	s.CID, s.Flags = 900, nvme.SQEFlagSGLMeta
+	s.DPTR = nvme.SGL{Length: testBS, Type: nvme.SGLTypeInCapsule}
+	q.sendCapsule(&s, held)
+	select {
+	case <-dev.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held write never reached the device")
+	}
+
+	// The reader that executes the held write is stuck in the device:
+	// these commands are only read, executed and answered because another
+	// goroutine took its role over.
+	other := bytes.Repeat([]byte{0x55}, testBS)
+	errc := make(chan string, 1)
+	go func() {
+		for i := 0; i < 3; i++ {
+			if r, err := q.try(rwSQE(nvme.CmdWrite, 1, uint64(10+i), 1), other, true); err != nil || !r.cqe.Status.OK() {
+				errc <- fmt.Sprintf("write %d while one write is held: %v %v", i, r.cqe.Status, err)
+				return
+			}
+			s := rwSQE(nvme.CmdRead, 1, uint64(10+i), 1)
+			s.DPTR = nvme.SGL{Length: testBS, Type: nvme.SGLTypeTransport}
+			if r, err := q.try(s, nil, false); err != nil || !r.cqe.Status.OK() || !bytes.Equal(r.data, other) {
+				errc <- fmt.Sprintf("read %d while one write is held: %v %v, data equal %v", i, r.cqe.Status, err, bytes.Equal(r.data, other))
+				return
+			}
+		}
+		errc <- ""
+	}()
+	select {
+	case e := <-errc:
+		if e != "" {
+			t.Fatal(e)
+		}
+	case <-time.After(10 * time.Second):
+		q.nc.Close()
+		t.Fatal("the other commands of the connection did not complete in 10 s while one write was held in the device: the reader is blocked")
+	}
+	if n := ioq.stalled.Load(); n != 1 {
+		t.Fatalf("%d stalled inline commands while the write is held, want 1 (it ran inline on the reader)", n)
+	}
+
+	dev.release()
+	_ = q.nc.SetDeadline(time.Now().Add(20 * time.Second))
+	p, err := q.readPDU()
+	if err != nil {
+		t.Fatalf("response of the held write: %v", err)
+	}
+	cqe, err := nvme.ParseCapsuleResp(p.hdr)
+	if err != nil || cqe.CID != 900 || !cqe.Status.OK() {
+		t.Fatalf("response of the held write: %+v %v, want CID 900 success", cqe, err)
+	}
+	if r := q.read(1, 7, 1, testBS); !r.cqe.Status.OK() || !bytes.Equal(r.data, held) {
+		t.Fatalf("read of the held write's block: %v, data equal %v", r.cqe.Status, bytes.Equal(r.data, held))
+	}
+	// the old reader counts itself out right after it sent the response
+	for end := time.Now().Add(10 * time.Second); ioq.stalled.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d stalled inline commands 10 s after the held write returned, want 0", ioq.stalled.Load())
+		}
+	}
+}
