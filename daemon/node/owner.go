@@ -1008,6 +1008,11 @@ func (n *Node) recordEvent(kind, array string, epoch uint64, msg string) {
 // array whose task lock is busy (an action is running on it).
 func (n *Node) retryFailed(ctx context.Context) {
 	for _, s := range n.arrayList {
+		if !s.arrayFailed() && !n.isFenced() && s.mu.TryLock() {
+			n.readdMissingLocked(ctx, s)
+			s.mu.Unlock()
+			continue
+		}
 		if !s.arrayFailed() || n.isFenced() || !s.mu.TryLock() {
 			continue
 		}
@@ -1044,4 +1049,58 @@ func (n *Node) goBG(f func()) {
 		defer n.bg.Done()
 		f()
 	}()
+}
+
+// readdMissingLocked re-adds the members that the RAID engine holds as
+// missing (they stopped answering, or were away at the assembly) once
+// they answer again, under a resync (ReAdd): the coordinator orders a
+// resync only for a member whose node it saw go and return, not for one
+// behind a stalled or partitioned link while its node stayed up (nemesis
+// seed 201: an array re-assembled with a member away stayed degraded
+// with stripes lacking data). Caller holds s.mu; members not reachable
+// yet are tried again on the next call.
+func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
+	if s.array == nil || s.epoch == 0 {
+		return
+	}
+	st := s.array.Status()
+	var want []int
+	for i, ms := range st.Members {
+		if _, busy := s.pending[i]; ms.State == "missing" && !busy && i < len(s.cfg.Members) {
+			want = append(want, i)
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	if _, err := n.ownsAt(ctx, s.cfg.Name, s.epoch); err != nil {
+		return
+	}
+	for _, i := range want {
+		drive := s.cfg.Members[i]
+		s.dropMember(i)
+		c, ns, err := n.dialMember(ctx, s.cfg.Name, drive)
+		if err == nil {
+			if err = n.fenceMember(ns, drive, s.epoch); err != nil {
+				c.Close()
+			}
+		}
+		var se *SupersededError
+		if errors.As(err, &se) {
+			s.supersededLocked(s.epoch, se)
+			return
+		}
+		if err != nil {
+			n.log.Debug("missing member not reachable yet", "array", s.cfg.Name, "member", drive, "err", err)
+			continue
+		}
+		s.members[i], s.ctrls[i] = ns, c
+		if err := s.array.ReAdd(i, ns); err != nil {
+			s.dropMember(i)
+			n.log.Info("missing member reachable again but not re-added", "array", s.cfg.Name, "member", drive, "err", err)
+			continue
+		}
+		s.pending[i] = "resync"
+		n.log.Info("missing member reachable again: resync started", "array", s.cfg.Name, "member", drive, "epoch", s.epoch)
+	}
 }
