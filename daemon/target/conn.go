@@ -95,10 +95,10 @@ var pauseWorker = new(request)
 
 // outItem is one thing to put on the wire.
 type outItem struct {
-	req  *request // a response (CQE, maybe data); nil for the kinds below
-	r2t  nvme.R2T // when isR2T
-	cqe  nvme.CQE // a bare response (AER completion)
-	term []byte   // a C2HTermReq, then close
+	req   *request // a response (CQE, maybe data); nil for the kinds below
+	r2t   nvme.R2T // when isR2T
+	cqe   nvme.CQE // a bare response (AER completion)
+	term  []byte   // a C2HTermReq, then close
 	isR2T bool
 }
 
@@ -165,10 +165,10 @@ type conn struct {
 	oidle    sync.Cond // signalled when owriting drops
 	oq       []outItem
 	ospare   []outItem
-	owriting bool // a goroutine holds the writer's role
-	oplug    bool // the reader holds it (it writes when its batch is done)
-	oplugReq bool // the reader wants it when the present writer is done
-	odead    bool // nothing more is written; queued items are released
+	owriting bool        // a goroutine holds the writer's role
+	oplug    bool        // the reader holds it (it writes when its batch is done)
+	oplugReq bool        // the reader wants it when the present writer is done
+	odead    bool        // nothing more is written; queued items are released
 	hdrs     []byte      // PDU headers of one round (writer only)
 	iov      [][]byte    // what one round writes (writer only)
 	wv       net.Buffers // iov, consumed by WriteTo
