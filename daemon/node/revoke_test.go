@@ -397,7 +397,7 @@ func TestRevokedLeaseKeepsArraysServing(t *testing.T) {
 	for _, l := range ls.Leases {
 		ids = append(ids, l.ID)
 	}
-	at = s.revokeDuringStall(ctx, []string{"A", "B", "C", "D"}, ids, stall)
+	s.revokeDuringStall(ctx, []string{"A", "B", "C", "D"}, ids, stall)
 	// The coordinator's term ends with its session (so do those of the
 	// candidates, which may believe themselves elected a moment, their
 	// keys gone); the last term to begin reads the live nodes a grace
