@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"tier0/daemon/config"
 	"tier0/daemon/host"
 	"tier0/daemon/store"
+	"tier0/internal/testenv"
 )
 
 // testSite is an in-process cluster for the owner-side tests: one
@@ -75,12 +75,7 @@ const testDriveSize = 8 << 20
 
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("no loopback port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testenv.FreePort(t)
 }
 
 func newTestSite(t *testing.T) *testSite {

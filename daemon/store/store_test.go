@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,18 +13,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"tier0/internal/testenv"
 )
 
 func freePort(t *testing.T) int { return freePortTB(t) }
 
 func freePortTB(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("no loopback port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testenv.FreePort(t)
 }
 
 func peers(t *testing.T, n int) []Peer {

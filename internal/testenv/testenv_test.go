@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -30,6 +32,41 @@ func TestMissing(t *testing.T) {
 		}
 		if !strings.Contains(string(out), c.want) {
 			t.Errorf("CI=%q: output lacks %q:\n%s", c.ci, c.want, out)
+		}
+	}
+}
+
+func TestFreePortOutsideEphemeralRangeAndUnique(t *testing.T) {
+	seen := map[int]bool{}
+	for range 200 {
+		p := FreePort(t)
+		if p < portLo || p > portHi {
+			t.Fatalf("FreePort returned %d, want a port in %d–%d (outside the ephemeral range)", p, portLo, portHi)
+		}
+		if seen[p] {
+			t.Fatalf("FreePort returned %d twice in one process", p)
+		}
+		seen[p] = true
+	}
+}
+
+func TestFreePortSkipsBoundPorts(t *testing.T) {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	bound := map[int]bool{}
+	for p := portLo; p < portLo+50; p++ {
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+			held = append(held, l)
+			bound[p] = true
+		}
+	}
+	for range 300 {
+		if p := FreePort(t); bound[p] {
+			t.Fatalf("FreePort returned %d, which this test holds bound", p)
 		}
 	}
 }
