@@ -1079,7 +1079,7 @@ func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
 	for _, i := range want {
 		drive := s.cfg.Members[i]
 		s.dropMember(i)
-		c, ns, err := n.dialMember(ctx, s.cfg.Name, drive)
+		c, ns, err := n.importMember(ctx, s.cfg.Name, drive)
 		if err == nil {
 			if err = n.fenceMember(ns, drive, s.epoch); err != nil {
 				c.Close()
