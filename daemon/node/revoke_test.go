@@ -334,7 +334,7 @@ func (s *liveSite) checkUndisturbed(ctx context.Context, what string, from int, 
 // revokeDuringStall stalls the proxies of nodes, revokes the leases ids
 // directly in etcd (what an etcd leader that was frozen and thaws
 // proposes: etcd #12528/#15247), keeps the stall for stall and releases
-// it; it returns when the revocation was committed.
+// it; it returns the time by which the revocations were committed.
 func (s *liveSite) revokeDuringStall(ctx context.Context, nodes []string, ids []clientv3.LeaseID, stall time.Duration) time.Time {
 	s.t.Helper()
 	for _, n := range nodes {
