@@ -79,6 +79,10 @@ echo "PASS kernel nvme-rdma host: $dev, 256 KiB written and read back"
 nvme disconnect -n $NQN || fail "nvme disconnect"
 # tier0's host against nvmet-rdma
 /harness/rdmaguest -mode host -addr 10.0.2.15:4420 -nqn $NQN || fail "tier0 NVMe/RDMA host"
+# the CLI over RDMA: tier0 fabric io --transport rdma (binary built with -tags rdma)
+/harness/tier0 fabric io --transport rdma --connect 10.0.2.15:4420 --nqn $NQN --write --offset 8M --length 8M --block 1M --pattern 7 || fail "tier0 fabric io --transport rdma --write"
+/harness/tier0 fabric io --transport rdma --connect 10.0.2.15:4420 --nqn $NQN --verify --offset 8M --length 8M --block 256K --pattern 7 || fail "tier0 fabric io --transport rdma --verify"
+echo "PASS tier0 fabric io --transport rdma: 8 MiB written and verified"
 # tier0's own listener and the target-side RDMA READ/WRITE
 /harness/rdmaguest -mode loopback -addr 10.0.2.15:4430 || fail "tier0 RDMA loopback"
 echo "ALL PASS"
@@ -105,18 +109,22 @@ func TestRDMAGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "rdmaguest")
-	cmd := exec.Command("go", "build", "-tags", "rdma", "-o", bin, "./test/rdma/rdmaguest")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags rdma ./test/rdma/rdmaguest: %v\n%s", err, out)
+	files := map[string][]byte{}
+	for name, pkg := range map[string]string{"rdmaguest": "./test/rdma/rdmaguest", "tier0": "./cmd/tier0"} {
+		bin := filepath.Join(t.TempDir(), name)
+		cmd := exec.Command("go", "build", "-tags", "rdma", "-o", bin, pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build -tags rdma %s: %v\n%s", pkg, err, out)
+		}
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
 	}
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := vm.Run(t, vm.Options{Script: guestScript, Files: map[string][]byte{"rdmaguest": b}, Timeout: 4 * time.Minute})
+	res := vm.Run(t, vm.Options{Script: guestScript, Files: files, Timeout: 4 * time.Minute})
 	var lines []string
 	for _, l := range strings.Split(res.Output, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), "PASS") || strings.Contains(l, "FAIL") {
@@ -127,7 +135,7 @@ func TestRDMAGuest(t *testing.T) {
 	if res.RC != 0 || !strings.Contains(res.Output, "ALL PASS") {
 		t.Fatalf("guest script exited %d; console tail:\n%s", res.RC, tailStr(res.Output, 6000))
 	}
-	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback"} {
+	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma"} {
 		if !strings.Contains(res.Output, want) {
 			t.Errorf("guest output lacks %q", want)
 		}
