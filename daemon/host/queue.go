@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,10 @@ type slot struct {
 // queue is one NVMe/TCP connection: the admin queue (qid 0) or an I/O
 // queue. Many commands are in flight at once, tagged by CID; one reader
 // goroutine per queue receives completions, data and R2Ts. Senders write
-// through a shared bufio.Writer; the last sender of a burst flushes, so
-// concurrent submissions coalesce into few socket writes.
+// through a shared bufio.Writer; the first sender of a burst becomes the
+// flusher: it yields once, so that the goroutines woken by the same batch
+// of completions queue their commands, and then writes them all with one
+// flush. The others only queue.
 type queue struct {
 	qid       uint16
 	conn      net.Conn
@@ -55,11 +58,11 @@ type queue struct {
 	maxH2C    uint32
 	inlineMax int // most bytes of in-capsule write data
 
-	wmu     sync.Mutex
-	bw      *bufio.Writer
-	pending atomic.Int32
-	scratch []byte               // H2CData header scratch, guarded by wmu
-	h2cdd   [nvme.DigestLen]byte // H2CData digest scratch, guarded by wmu
+	wmu      sync.Mutex
+	bw       *bufio.Writer
+	flushing bool                 // a sender will flush what is buffered; guarded by wmu
+	scratch  []byte               // H2CData header scratch, guarded by wmu
+	h2cdd    [nvme.DigestLen]byte // H2CData digest scratch, guarded by wmu
 
 	br    *bufio.Reader
 	rmu   sync.Mutex
@@ -269,7 +272,6 @@ func (q *queue) start(c *cmd, flush bool) (uint16, error) {
 	}
 	q.rmu.Unlock()
 
-	q.pending.Add(1)
 	q.wmu.Lock()
 	_, err := q.bw.Write(hdr)
 	if err == nil && inline > 0 {
@@ -278,10 +280,19 @@ func (q *queue) start(c *cmd, flush bool) (uint16, error) {
 			_, err = q.bw.Write(s.dd[:])
 		}
 	}
-	if q.pending.Add(-1) == 0 && err == nil && flush {
-		err = q.bw.Flush()
+	lead := err == nil && flush && !q.flushing
+	if lead {
+		q.flushing = true
 	}
 	q.wmu.Unlock()
+	if lead {
+		// let the other senders that are ready now queue behind us
+		runtime.Gosched()
+		q.wmu.Lock()
+		q.flushing = false
+		err = q.bw.Flush()
+		q.wmu.Unlock()
+	}
 	if err != nil {
 		q.fail(fmt.Errorf("writing to the socket: %w", err))
 	}
@@ -537,8 +548,8 @@ func (q *queue) sendH2C(wbuf []byte, r nvme.R2T) error {
 		}
 		off += n
 	}
-	if q.pending.Load() == 0 {
+	if !q.flushing {
 		return q.bw.Flush()
 	}
-	return nil
+	return nil // a sender is about to flush it
 }
