@@ -127,6 +127,10 @@ func (l *nsLat) add(d time.Duration) {
 	l.avg.Store(old + (int64(d)-old)/8) // a lost update between workers is harmless
 }
 
+// connectNoSQFlow is the Connect attribute by which a host disables SQ
+// flow control (CATTR bit 2).
+const connectNoSQFlow = 1 << 2
+
 // errHandedOff: this goroutine no longer holds the reader's role.
 var errHandedOff = errors.New("reader role handed off")
 
@@ -169,6 +173,7 @@ type conn struct {
 	oplug    bool        // the reader holds it (it writes when its batch is done)
 	oplugReq bool        // the reader wants it when the present writer is done
 	odead    bool        // nothing more is written; queued items are released
+	noSQFlow bool        // the host disabled SQ flow control in Connect (writer only)
 	hdrs     []byte      // PDU headers of one round (writer only)
 	iov      [][]byte    // what one round writes (writer only)
 	wv       net.Buffers // iov, consumed by WriteTo
@@ -1017,14 +1022,29 @@ func (c *conn) writeItems(items []outItem) (end bool, err error) {
 		default:
 			r := m.req
 			c.freeSlot(r)
+			if r.sqe.Opcode == nvme.AdminFabrics && r.sqe.FCType() == nvme.FabricsConnect && r.cqe.Status.OK() {
+				c.noSQFlow = nvme.ParseConnectCmd(&r.sqe).CAttr&connectNoSQFlow != 0
+			}
 			if r.sendLen > 0 {
 				d := r.data[:r.sendLen]
-				hdrs = nvme.DataPDU{Type: nvme.PDUC2HData, Flags: nvme.FlagDataLast, CID: r.sqe.CID, Length: uint32(len(d))}.Append(hdrs, c.digest)
+				// With SQ flow control disabled by the host, a successful
+				// read ends with C2HData SUCCESS and no CapsuleResp, as
+				// Linux nvmet and SPDK do: the response carries nothing
+				// else (no SQ head, no result).
+				success := c.noSQFlow && r.cqe.Status.OK() && r.cqe.Result == 0 && !r.closeConn
+				flags := nvme.FlagDataLast
+				if success {
+					flags |= nvme.FlagDataSuccess
+				}
+				hdrs = nvme.DataPDU{Type: nvme.PDUC2HData, Flags: flags, CID: r.sqe.CID, Length: uint32(len(d))}.Append(hdrs, c.digest)
 				iov = append(iov, hdrs[start:], d)
 				if c.digest&nvme.DigestData != 0 {
 					start = len(hdrs)
 					hdrs = nvme.AppendDigest(hdrs, d)
 					iov = append(iov, hdrs[start:])
+				}
+				if success {
+					continue
 				}
 				start = len(hdrs)
 			}

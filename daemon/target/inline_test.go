@@ -110,3 +110,45 @@ func TestInlineStallHandsOffReader(t *testing.T) {
 		}
 	}
 }
+
+// TestC2HDataSuccessWithoutSQFlowControl: on a queue whose host disabled
+// SQ flow control in Connect, a successful read ends with a C2HData PDU
+// carrying SUCCESS and no CapsuleResp follows; on other queues the
+// CapsuleResp still does.
+func TestC2HDataSuccessWithoutSQFlowControl(t *testing.T) {
+	mem := blockdev.NewMem(testSize, testBS)
+	_, addr := newTarget(t, Config{}, mem)
+	_, id := adminConnect(t, addr, 0, testHostNQN, testHostID)
+	for _, noFlow := range []bool{true, false} {
+		q := dialRaw(t, addr, 0)
+		d := nvme.ConnectData{HostID: testHostID, CntlID: id, SubNQN: testSubNQN, HostNQN: testHostNQN}
+		cmd := nvme.ConnectCmd{QID: 1, SQSize: 127}
+		if noFlow {
+			cmd.QID, cmd.CAttr = 2, connectNoSQFlow
+		}
+		if cqe := q.do(cmd.SQE(0), d.Append(nil), true).cqe; !cqe.Status.OK() {
+			t.Fatalf("connect (SQ flow control disabled %v): %v", noFlow, cqe.Status)
+		}
+		_ = q.nc.SetDeadline(time.Now().Add(20 * time.Second))
+		for cid := uint16(50); cid < 53; cid++ {
+			s := rwSQE(nvme.CmdRead, 1, uint64(cid), 1)
+			s.CID, s.Flags = cid, nvme.SQEFlagSGLMeta
+			s.DPTR = nvme.SGL{Length: testBS, Type: nvme.SGLTypeTransport}
+			q.sendCapsule(&s, nil)
+			p, err := q.readPDU()
+			if err != nil || p.h.Type != nvme.PDUC2HData {
+				t.Fatalf("read CID %d: %v %v, want C2HData", cid, p.h.Type, err)
+			}
+			dp, _ := nvme.ParseDataPDU(p.hdr)
+			if got := p.h.Flags&nvme.FlagDataSuccess != 0; got != noFlow || dp.CID != cid || p.h.Flags&nvme.FlagDataLast == 0 {
+				t.Fatalf("read CID %d with SQ flow control disabled %v: C2HData CID %d flags %#x, want LAST and SUCCESS %v", cid, noFlow, dp.CID, p.h.Flags, noFlow)
+			}
+			if !noFlow {
+				p, err := q.readPDU()
+				if err != nil || p.h.Type != nvme.PDUCapsuleResp {
+					t.Fatalf("read CID %d: %v %v after the data, want its CapsuleResp", cid, p.h.Type, err)
+				}
+			}
+		}
+	}
+}
