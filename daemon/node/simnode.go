@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"tier0/daemon/api"
 	"tier0/daemon/blockdev"
@@ -129,6 +130,32 @@ func (s *SimNode) Fenced() bool { return s.n.isFenced() }
 
 // Wait waits for the node's background reports and records.
 func (s *SimNode) Wait() { s.n.bg.Wait() }
+
+// Quiesce waits, up to timeout of real time, until no array of the node
+// runs a background task (resync, rebuild, scrub) or waits for a repair's
+// end to be reported, then for the reports: the RAID engine's tasks run in goroutines of their own, and
+// a simulation that waits for them at each step replays more often. It
+// reports whether every task ended in time.
+func (s *SimNode) Quiesce(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	busy := func(sv *served) bool {
+		sv.mu.Lock()
+		arr, pending := sv.array, len(sv.pending)
+		sv.mu.Unlock()
+		// pending clears in the goroutine that reports the task's end.
+		return arr != nil && (pending > 0 || arr.Status().Task != "")
+	}
+	for _, sv := range s.n.arrayList {
+		for busy(sv) {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	s.n.bg.Wait()
+	return true
+}
 
 // Stop aborts every array without writing (after a kill: the simulation
 // has already cut the node off) and waits for the background work.

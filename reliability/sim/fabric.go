@@ -32,6 +32,8 @@ type Fabric struct {
 	epochFencing bool
 
 	mu         sync.Mutex
+	thawed     *sync.Cond // signalled when a node's stall ends
+	stalled    map[string]bool
 	drives     map[string]*drive
 	cut        map[[2]string]bool // [from, to]: commands from `from` to drives of `to` fail
 	hosts      map[[16]byte]string
@@ -51,7 +53,8 @@ type drive struct {
 }
 
 func newFabric(cfg *config.Config, size int64, epochFencing bool, now func() string) *Fabric {
-	f := &Fabric{cfg: cfg, epochFencing: epochFencing, drives: map[string]*drive{}, cut: map[[2]string]bool{}, hosts: map[[16]byte]string{}, now: now}
+	f := &Fabric{cfg: cfg, epochFencing: epochFencing, drives: map[string]*drive{}, cut: map[[2]string]bool{}, hosts: map[[16]byte]string{}, stalled: map[string]bool{}, now: now}
+	f.thawed = sync.NewCond(&f.mu)
 	for _, n := range cfg.Nodes {
 		f.hosts[node.HostID(cfg, n.Name)] = n.Name
 		for _, d := range n.Drives {
@@ -66,6 +69,16 @@ func (f *Fabric) Cut(from, to string, cut bool) {
 	f.mu.Lock()
 	f.cut[[2]string{from, to}] = cut
 	f.mu.Unlock()
+}
+
+// Stall stops (or resumes) the commands a node issues: a frozen process
+// issues none, so its members' commands wait until it thaws instead of
+// failing.
+func (f *Fabric) Stall(name string, on bool) {
+	f.mu.Lock()
+	f.stalled[name] = on
+	f.mu.Unlock()
+	f.thawed.Broadcast()
 }
 
 // FailDrive fails (or restores) a drive.
@@ -103,7 +116,7 @@ func (im importer) Import(ctx context.Context, array, drive string) (node.Member
 	if d == nil {
 		return nil, nil, fmt.Errorf("drive %s is not in the site config", drive)
 	}
-	if f.cut[[2]string{im.node, d.node}] || f.cut[[2]string{d.node, im.node}] {
+	if f.cut[[2]string{im.node, d.node}] {
 		return nil, nil, fmt.Errorf("import member %s from node %s: connection timed out (link cut in the simulation): %w", drive, d.node, blockdev.ErrNoPath)
 	}
 	m := &member{f: f, d: d, from: im.node, host: im.host}
@@ -122,12 +135,16 @@ type member struct {
 
 var errConflict = errors.New("reservation conflict")
 
-// check says whether a command can reach the drive now (f.mu held).
+// check says whether a command can reach the drive now (f.mu held); a
+// command of a stalled node waits for it to thaw first.
 func (m *member) check(op string) error {
+	for m.f.stalled[m.from] && !m.closed {
+		m.f.thawed.Wait()
+	}
 	switch {
 	case m.closed:
 		return fmt.Errorf("%s on member %s: %w", op, m.d.name, blockdev.ErrClosed)
-	case m.f.cut[[2]string{m.from, m.d.node}] || m.f.cut[[2]string{m.d.node, m.from}]:
+	case m.f.cut[[2]string{m.from, m.d.node}]:
 		return fmt.Errorf("%s on member %s from node %s: connection lost (link cut in the simulation): %w", op, m.d.name, m.from, blockdev.ErrIO)
 	case m.d.failed:
 		return fmt.Errorf("%s on member %s: drive failed: %w", op, m.d.name, blockdev.ErrIO)

@@ -103,6 +103,7 @@ func (w *world) apply(f Fault, on bool) {
 				return
 			}
 			n.dead = true
+			w.fab.Stall(f.Node, false) // a killed process's commands die with it
 			w.storeCut(f.Node, true)
 			w.fabricCut(f.Node, true)
 			if n.lease != nil {
@@ -126,18 +127,18 @@ func (w *world) apply(f Fault, on bool) {
 		} else {
 			n.frozen--
 		}
-		w.fabricCut(f.Node, on)
+		// Its own commands wait; the others' commands to its drives fail
+		// (they time out).
+		w.fab.Stall(f.Node, n.frozen > 0 && !n.dead)
+		w.inCut[f.Node] += map[bool]int{true: 1, false: -1}[on]
+		w.relink()
 	case StoreCut:
 		w.storeCut(f.Node, on)
 	case LinkCut:
 		w.fabricCut(f.Node, on)
 	case OneWay:
 		w.oneWay[f.Node] += map[bool]int{true: 1, false: -1}[on]
-		for _, o := range nodeNames {
-			if o != f.Node {
-				w.fab.Cut(f.Node, o, w.oneWay[f.Node] > 0 || w.fabIso[f.Node] > 0 || w.fabIso[o] > 0)
-			}
-		}
+		w.relink()
 	case DriveFail:
 		w.driveFail[f.Node] += map[bool]int{true: 1, false: -1}[on]
 		w.fab.FailDrive(f.Node+"1", w.driveFail[f.Node] > 0)
@@ -153,11 +154,19 @@ func (w *world) storeCut(name string, on bool) {
 // fabricCut isolates a node on the backend fabric while any fault wants it.
 func (w *world) fabricCut(name string, on bool) {
 	w.fabIso[name] += map[bool]int{true: 1, false: -1}[on]
-	for _, o := range nodeNames {
-		if o == name {
-			continue
+	w.relink()
+}
+
+// relink sets every link from the faults in force: a link from one node
+// to another is cut while either is isolated, while the first's own
+// commands fail (one way), or while the second is frozen (commands to its
+// drives time out).
+func (w *world) relink() {
+	for _, from := range nodeNames {
+		for _, to := range nodeNames {
+			if from != to {
+				w.fab.Cut(from, to, w.fabIso[from] > 0 || w.fabIso[to] > 0 || w.oneWay[from] > 0 || w.inCut[to] > 0)
+			}
 		}
-		w.fab.Cut(name, o, w.fabIso[name] > 0 || w.fabIso[o] > 0 || w.oneWay[name] > 0)
-		w.fab.Cut(o, name, w.fabIso[name] > 0 || w.fabIso[o] > 0 || w.oneWay[o] > 0)
 	}
 }

@@ -178,6 +178,7 @@ type world struct {
 	stCut     map[string]int // store partitions per node (overlapping faults nest)
 	fabIso    map[string]int // backend isolations per node
 	oneWay    map[string]int // one-way cuts per node
+	inCut     map[string]int // freezes per node: commands to its drives fail
 	driveFail map[string]int // failures per drive node
 
 	ops      []history.Op
@@ -215,7 +216,7 @@ func Run(o Options) (Result, error) {
 		return Result{}, fmt.Errorf("simulation site: %w", err)
 	}
 	w := &world{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x5eed)), clk: clock.NewFake(time.Time{}), cfg: cfg, nodes: map[string]*simNode{}, live: map[string]bool{},
-		stCut: map[string]int{}, fabIso: map[string]int{}, oneWay: map[string]int{}, driveFail: map[string]int{}}
+		stCut: map[string]int{}, fabIso: map[string]int{}, oneWay: map[string]int{}, inCut: map[string]int{}, driveFail: map[string]int{}}
 	w.st = memstore.New(w.clk, "/tier0/"+cfg.Cluster+"/")
 	w.coord = w.st.View("coordinator")
 	w.fab = newFabric(cfg, driveSize, !o.Legacy, w.now)
@@ -284,6 +285,9 @@ func (w *world) start() error {
 		if err := w.boot(name); err != nil {
 			return err
 		}
+		// Up from the start, as a coordinator that restores its machine
+		// finds them: not a return.
+		w.live[name] = true
 	}
 	return nil
 }
@@ -368,6 +372,9 @@ func (w *world) step(workload bool) {
 		for range opsPerTick {
 			w.op()
 		}
+		for _, name := range nodeNames {
+			w.nodes[name].sn.Wait()
+		}
 	}
 }
 
@@ -377,10 +384,14 @@ func (w *world) order() []string {
 	return o
 }
 
+// waitNodes lets the nodes' own goroutines (RAID background tasks, their
+// reports) finish before the coordinator looks: in real time, bounded.
 func (w *world) waitNodes() {
 	for _, name := range nodeNames {
 		if n := w.nodes[name]; n != nil {
-			n.sn.Wait()
+			if !n.sn.Quiesce(2 * time.Second) {
+				w.note("%s: background tasks still running after 2s of real time", name)
+			}
 		}
 	}
 }
@@ -394,6 +405,7 @@ func (w *world) keepAlive(n *simNode) {
 	if err := n.lease.Err(); err != nil {
 		w.note("%s: lease lost (%v): self-fences", n.name, err)
 		n.sn.LeaseLost(err.Error())
+		n.sn.Wait() // the arrays' stop, before anything else runs: one order, replayable
 		n.lease = nil
 		w.register(n)
 	}
