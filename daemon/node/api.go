@@ -36,7 +36,7 @@ func (s *served) observed(epoch uint64, serving bool, st raid.Status) observedAr
 		reason = st.Reason // the RAID engine's: which members, and why
 	}
 	return observedArray{Owner: s.n.me.Name, Epoch: epoch, Serving: serving, Status: st,
-		Failed: s.arrayFailed(), Reason: reason, Scrub: s.scrub.Load(), Time: time.Now()}
+		Failed: s.arrayFailed(), Reason: reason, Scrub: s.scrub.Load(), Time: s.n.clk().Now()}
 }
 
 // ownerReports reads every array's observed record (absent: none). A
@@ -56,7 +56,7 @@ func (n *Node) ownerReports(ctx context.Context) []api.OwnerReport {
 			continue
 		}
 		var o observedArray
-		if json.Unmarshal(b, &o) != nil || time.Since(o.Time) > staleAfter || (!o.Failed && o.Status.State == "") {
+		if json.Unmarshal(b, &o) != nil || n.clk().Since(o.Time) > staleAfter || (!o.Failed && o.Status.State == "") {
 			continue
 		}
 		state := o.Status.State
@@ -142,7 +142,7 @@ func (n *Node) Status(ctx context.Context) (api.Status, error) {
 	if err != nil {
 		return api.Status{}, err
 	}
-	return api.Status{Node: n.me.Name, Time: time.Now(), Coordinator: v.Coordinator, Lease: n.leaseState(), Nodes: v.Nodes, Arrays: v.Arrays, Owners: n.ownerReports(ctx)}, nil
+	return api.Status{Node: n.me.Name, Time: n.clk().Now(), Coordinator: v.Coordinator, Lease: n.leaseState(), Nodes: v.Nodes, Arrays: v.Arrays, Owners: n.ownerReports(ctx)}, nil
 }
 
 // Arrays implements api.Backend.
@@ -235,7 +235,7 @@ func (n *Node) Drain(ctx context.Context, node string) error {
 	if err := n.knownNode(node); err != nil {
 		return err
 	}
-	if _, err := n.st.Put(ctx, store.Desired, "drain", node, map[string]any{"since": time.Now()}); err != nil {
+	if _, err := n.st.Put(ctx, store.Desired, "drain", node, map[string]any{"since": n.clk().Now()}); err != nil {
 		return fmt.Errorf("%v: %w", err, api.ErrUnavailable)
 	}
 	n.sendReport(report{Kind: "drain", Node: node})

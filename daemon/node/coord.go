@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"tier0/daemon/clock"
 	"tier0/daemon/cluster"
 	"tier0/daemon/store"
 )
@@ -19,7 +20,7 @@ import (
 // coordinatorLoop campaigns for the coordinator role and, while it holds
 // it, runs the failover state machine.
 func (n *Node) coordinatorLoop(ctx context.Context) error {
-	electionLoop(ctx, n.log, n.coordinatorTerm, sleepCtx, time.Now)
+	electionLoop(ctx, n.log, n.coordinatorTerm, func(ctx context.Context, d time.Duration) bool { return sleepCtx(ctx, n.clk(), d) }, n.clk().Now)
 	return nil
 }
 
@@ -59,14 +60,14 @@ func electionLoop(ctx context.Context, log *slog.Logger, term func(context.Conte
 	}
 }
 
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleepCtx waits d on clk or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }
@@ -127,8 +128,8 @@ func (n *Node) coordinate(ctx context.Context) error {
 	// A cluster that never had an owner is booting: give every node a
 	// moment to come up before deciding who is missing.
 	if !n.anyOwnership(ctx) {
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
+		deadline := n.clk().Now().Add(30 * time.Second)
+		for n.clk().Now().Before(deadline) {
 			alive, _ := n.st.Nodes(ctx)
 			if len(alive) == len(n.cfg.Nodes) {
 				break
@@ -136,7 +137,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(300 * time.Millisecond):
+			case <-n.clk().After(300 * time.Millisecond):
 			}
 		}
 	}
@@ -171,7 +172,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 	}
 	nodes := n.st.WatchNodes(ctx, rev+1)
 	reports := n.watchReports(ctx)
-	tick := time.NewTicker(n.opts.Tick)
+	tick := n.clk().NewTicker(n.opts.Tick)
 	defer tick.Stop()
 	for {
 		select {
@@ -198,7 +199,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 				continue
 			}
 			step(ev)
-		case <-tick.C:
+		case <-tick.C():
 			m.Tick()
 			for name := range live {
 				step(cluster.Heartbeat{Node: name})
@@ -266,7 +267,7 @@ func (n *Node) restoreEvents(ctx context.Context, alive map[string]store.NodeInf
 		if _, err := n.st.Get(ctx, store.Observed, "arrays", a.Name, &obs); err == nil {
 			_, up := alive[own.Owner]
 			ev.Serving = up && obs.Serving && obs.Owner == own.Owner && obs.Epoch == own.Epoch &&
-				time.Since(obs.Time) < max(3*time.Second, n.cfg.Policies.LeaseTTL.D())
+				n.clk().Since(obs.Time) < max(3*time.Second, n.cfg.Policies.LeaseTTL.D())
 		}
 		for _, av := range last.Arrays {
 			if av.Name == a.Name {
@@ -428,7 +429,7 @@ func (n *Node) publishView(ctx context.Context, m *cluster.Machine) {
 
 // publishViewTo publishes the machine's view through put.
 func (n *Node) publishViewTo(m *cluster.Machine, put func(clusterView) error) {
-	v := clusterView{Coordinator: n.me.Name, Time: time.Now(), Nodes: m.Nodes(), Arrays: m.Arrays()}
+	v := clusterView{Coordinator: n.me.Name, Time: n.clk().Now(), Nodes: m.Nodes(), Arrays: m.Arrays()}
 	// Publish only when the decisions changed, not for every tick's time.
 	b, _ := json.Marshal([]any{v.Nodes, v.Arrays})
 	n.mu.Lock()

@@ -46,7 +46,7 @@ func (s *served) onScrubEvent(ev raid.Event) {
 	case raid.ScrubStarted:
 		r = scrubRecord{Running: true, Repair: r.Repair, Started: ev.Time}
 		if r.Started.IsZero() {
-			r.Started = time.Now()
+			r.Started = s.n.clk().Now()
 		}
 	case raid.ScrubMismatch:
 		r.Mismatches++
@@ -59,11 +59,11 @@ func (s *served) onScrubEvent(ev raid.Event) {
 	case raid.ScrubDone:
 		r.Running, r.Finished = false, ev.Time
 		if r.Finished.IsZero() {
-			r.Finished = time.Now()
+			r.Finished = s.n.clk().Now()
 		}
 		r.Mismatches = max(r.Mismatches, ev.Count)
 	case raid.TaskFailed:
-		r.Running, r.Finished, r.Error = false, time.Now(), ev.Reason
+		r.Running, r.Finished, r.Error = false, s.n.clk().Now(), ev.Reason
 	default:
 		return
 	}
@@ -94,7 +94,7 @@ func (s *served) startScrubLocked(repair bool) error {
 		return fmt.Errorf("array %s: a scrub is already running (started %s)", s.cfg.Name, r.Started.Format(time.RFC3339))
 	}
 	prev := s.scrub.Load()
-	next := scrubRecord{Running: true, Repair: repair, Started: time.Now()}
+	next := scrubRecord{Running: true, Repair: repair, Started: s.n.clk().Now()}
 	if err := s.array.StartScrub(repair); err != nil {
 		return fmt.Errorf("array %s: scrub not started: %w", s.cfg.Name, err)
 	}
