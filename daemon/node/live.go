@@ -80,7 +80,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(time.Second):
+			case <-n.clk().After(time.Second):
 			}
 			continue
 		}
@@ -124,13 +124,13 @@ func errString(err error) string {
 // write-intent bits of quiet regions, publishing observed state and
 // metrics.
 func (n *Node) housekeeping(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := n.clk().NewTicker(time.Second)
 	defer t.Stop()
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		n.mu.Lock()
 		arrays := make([]*served, 0, len(n.arrays))
@@ -141,7 +141,7 @@ func (n *Node) housekeeping(ctx context.Context) {
 		if i%5 == 0 {
 			n.retryFailed(ctx)
 		}
-		n.scrubDue(time.Now())
+		n.scrubDue(n.clk().Now())
 		for _, s := range arrays {
 			s.mu.Lock()
 			arr, epoch, serving := s.array, s.epoch, s.anaState() == nvme.ANAOptimized
