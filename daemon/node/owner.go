@@ -987,7 +987,7 @@ func (n *Node) publishStopped(array string, epoch uint64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, _ = n.st.Put(ctx, store.Observed, "arrays", array, observedArray{Owner: n.me.Name, Epoch: epoch, Serving: false, Time: time.Now()})
+	_, _ = n.st.Put(ctx, store.Observed, "arrays", array, observedArray{Owner: n.me.Name, Epoch: epoch, Serving: false, Time: n.clk().Now()})
 }
 
 // recordEvent appends an entry to the cluster's event log (best effort:
