@@ -160,7 +160,7 @@ func (n *Node) taskLoop(ctx context.Context) error {
 	for ctx.Err() == nil {
 		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
 		if err != nil {
-			time.Sleep(500 * time.Millisecond)
+			n.clk().Sleep(500 * time.Millisecond)
 			continue
 		}
 		kvs := resp.Kvs
