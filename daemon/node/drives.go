@@ -151,7 +151,7 @@ const storeStartWait = 2 * time.Minute
 // retryStartup runs op until it succeeds, ctx ends or storeStartWait has
 // passed, logging each failure.
 func retryStartup(ctx context.Context, n *Node, what string, op func() error) error {
-	deadline := time.Now().Add(storeStartWait)
+	deadline := n.clk().Now().Add(storeStartWait)
 	wait := 250 * time.Millisecond
 	for {
 		err := op()
@@ -161,14 +161,14 @@ func retryStartup(ctx context.Context, n *Node, what string, op func() error) er
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
+		if n.clk().Now().After(deadline) {
 			return fmt.Errorf("%s: the store took no write for %s (last error: %w): is a majority of the etcd voters in control_plane up and reachable from node %s?", what, storeStartWait, err, n.me.Name)
 		}
 		n.log.Warn("store write failed at start-up; retrying", "what", what, "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w", what, err)
-		case <-time.After(wait):
+		case <-n.clk().After(wait):
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
