@@ -242,12 +242,12 @@ func (n *Node) startFrontend(ctx context.Context) error {
 	for i := range n.cfg.Arrays {
 		a := &n.cfg.Arrays[i]
 		size, bs, err := n.plannedSize(a)
-		for wait := time.Now(); err != nil && time.Since(wait) < time.Minute; size, bs, err = n.plannedSize(a) {
+		for wait := n.clk().Now(); err != nil && n.clk().Since(wait) < time.Minute; size, bs, err = n.plannedSize(a) {
 			// Sizes of remote drives arrive as their nodes start.
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(time.Second):
+			case <-n.clk().After(time.Second):
 			}
 		}
 		if err != nil {
