@@ -160,11 +160,15 @@ struct t0_wc { uint64_t wr_id; uint32_t status; uint32_t byte_len; uint32_t vend
 // t0_wait waits up to ms for a completion event, re-arms the CQ and drains
 // it into out (at most max). Arm-then-drain: a completion after the drain
 // raises a new event. Returns the count or -1 with errno.
-static int t0_wait(struct t0_q *q, int ms, struct t0_wc *out, int max) {
+// cmfd (or -1) is the connection's CM event channel: *cmready is set when
+// it has an event (a disconnect).
+static int t0_wait(struct t0_q *q, int cmfd, int ms, struct t0_wc *out, int max, int *cmready) {
+	*cmready = 0;
 	if (ms > 0) {
-		struct pollfd p = { .fd = q->ch->fd, .events = POLLIN };
-		int r = poll(&p, 1, ms);
+		struct pollfd p[2] = { { .fd = q->ch->fd, .events = POLLIN }, { .fd = cmfd, .events = POLLIN } };
+		int r = poll(p, cmfd >= 0 ? 2 : 1, ms);
 		if (r < 0 && errno != EINTR) return -1;
+		if (r > 0 && cmfd >= 0 && (p[1].revents & POLLIN)) *cmready = 1;
 	}
 	struct ibv_cq *cq; void *ctx; int got = 0;
 	while (ibv_get_cq_event(q->ch, &cq, &ctx) == 0) got++;
@@ -222,6 +226,7 @@ type Conn struct {
 	accept  AcceptData
 
 	closed   atomic.Bool
+	peerGone atomic.Bool // a CM disconnect arrived
 	done     chan struct{}
 	closeMu  sync.Mutex
 	isClosed bool
@@ -434,6 +439,9 @@ func (c *Conn) slotCheck(slot int) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	if c.peerGone.Load() {
+		return fmt.Errorf("rdma: the peer disconnected: %w", ErrClosed)
+	}
 	return nil
 }
 
@@ -507,8 +515,13 @@ func (c *Conn) poll() {
 	const batch = 64
 	wcs := make([]C.struct_t0_wc, batch)
 	ms := 0
+	cmfd := C.int(-1)
+	if c.ch != nil {
+		cmfd = C.int(c.ch.fd)
+	}
 	for !c.closed.Load() {
-		n, err := C.t0_wait(&c.q, C.int(ms), &wcs[0], batch)
+		var cmReady C.int
+		n, err := C.t0_wait(&c.q, cmfd, C.int(ms), &wcs[0], batch, &cmReady)
 		if n < 0 {
 			if !c.closed.Load() {
 				c.cfg.Handler(Completion{Err: fmt.Errorf("rdma: completion queue: %v", err)})
@@ -537,11 +550,33 @@ func (c *Conn) poll() {
 			}
 			c.cfg.Handler(Completion{Op: op, Slot: slot})
 		}
+		if cmReady != 0 {
+			c.cmEvents()
+		}
 		// drain at once when the batch was full, else wait for an event
 		if int(n) == batch {
 			ms = 0
 		} else {
 			ms = 50
+		}
+	}
+}
+
+// cmEvents handles the CM events of a dialed connection after it is
+// established: a disconnect (the target removed its port, deleted the
+// controller or went away) or a device removal fails the queue at once
+// instead of leaving its commands to time out.
+func (c *Conn) cmEvents() {
+	for !c.closed.Load() {
+		e, err := getEvent(c.ch, 0)
+		if err != nil {
+			return
+		}
+		switch e.typ {
+		case C.RDMA_CM_EVENT_DISCONNECTED, C.RDMA_CM_EVENT_DEVICE_REMOVAL:
+			if !c.peerGone.Swap(true) {
+				c.cfg.Handler(Completion{Err: fmt.Errorf("rdma: the connection was closed by the peer or the device (%s)", evName(e.typ))})
+			}
 		}
 	}
 }

@@ -83,6 +83,8 @@ nvme disconnect -n $NQN || fail "nvme disconnect"
 /harness/tier0 fabric io --transport rdma --connect 10.0.2.15:4420 --nqn $NQN --write --offset 8M --length 8M --block 1M --pattern 7 || fail "tier0 fabric io --transport rdma --write"
 /harness/tier0 fabric io --transport rdma --connect 10.0.2.15:4420 --nqn $NQN --verify --offset 8M --length 8M --block 256K --pattern 7 || fail "tier0 fabric io --transport rdma --verify"
 echo "PASS tier0 fabric io --transport rdma: 8 MiB written and verified"
+# the target's port removed under tier0's host, then re-added
+/harness/rdmaguest -mode portloss -addr 10.0.2.15:4420 -nqn $NQN -remove "rm $C/ports/1/subsystems/$NQN" -readd "ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN" || fail "port loss"
 # tier0's own listener and the target-side RDMA READ/WRITE
 /harness/rdmaguest -mode loopback -addr 10.0.2.15:4430 || fail "tier0 RDMA loopback"
 echo "ALL PASS"
@@ -92,7 +94,9 @@ echo "ALL PASS"
 // soft-RoCE, inside the guest: the no-device error, every I/O size class
 // (512 B .. 2 MiB, split at MDTS) written and read back, concurrent I/O,
 // Flush, Write Zeroes; tier0's listener with a target's RDMA READ/WRITE;
-// and the kernel's nvme-rdma host against the same port.
+// the target's port removed under I/O (a transport error, not a timeout)
+// and re-added (a new association reads the data back); and the kernel's
+// nvme-rdma host against the same port.
 func TestRDMAGuest(t *testing.T) {
 	for _, h := range []string{"/usr/include/infiniband/verbs.h", "/usr/include/rdma/rdma_cma.h"} {
 		if _, err := os.Stat(h); err != nil {
@@ -135,7 +139,7 @@ func TestRDMAGuest(t *testing.T) {
 	if res.RC != 0 || !strings.Contains(res.Output, "ALL PASS") {
 		t.Fatalf("guest script exited %d; console tail:\n%s", res.RC, tailStr(res.Output, 6000))
 	}
-	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma"} {
+	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added"} {
 		if !strings.Contains(res.Output, want) {
 			t.Errorf("guest output lacks %q", want)
 		}

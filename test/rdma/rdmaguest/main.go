@@ -6,6 +6,8 @@
 //	rdmaguest -mode nodevice            (before any RDMA link exists)
 //	rdmaguest -mode host -addr A -nqn N (tier0's NVMe/RDMA host vs nvmet-rdma)
 //	rdmaguest -mode loopback -addr A    (tier0's Listener/Accept, RDMA READ/WRITE)
+//	rdmaguest -mode portloss -addr A -nqn N -remove CMD -readd CMD
+//	                                    (the target's port removed under I/O, then re-added)
 package main
 
 import (
@@ -17,9 +19,11 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "host", "nodevice | host | loopback")
+	mode := flag.String("mode", "host", "nodevice | host | loopback | portloss")
 	addr := flag.String("addr", "10.0.2.15:4420", "target IPv4 HOST:PORT")
-	nqn := flag.String("nqn", "", "subsystem NQN (mode host)")
+	nqn := flag.String("nqn", "", "subsystem NQN (modes host, portloss)")
+	remove := flag.String("remove", "", "shell command that removes the target's port (mode portloss)")
+	readd := flag.String("readd", "", "shell command that re-adds it (mode portloss)")
 	flag.Parse()
 	if !rdma.Built {
 		fmt.Println("FAIL", rdma.ErrNotBuilt)
@@ -33,8 +37,10 @@ func main() {
 		err = host(*addr, *nqn)
 	case "loopback":
 		err = loopback(*addr)
+	case "portloss":
+		err = portLoss(*addr, *nqn, *remove, *readd)
 	default:
-		err = fmt.Errorf("unknown -mode %q (want nodevice, host or loopback)", *mode)
+		err = fmt.Errorf("unknown -mode %q (want nodevice, host, loopback or portloss)", *mode)
 	}
 	if err != nil {
 		fmt.Println("FAIL", err)
