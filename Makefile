@@ -4,6 +4,11 @@ GO       ?= go
 PKGS     ?= ./...
 BIN      := bin
 TESTFLAGS ?= -race -timeout 28m
+# Seeds of the in-process simulation (reliability/sim) that make test runs
+# without the race detector (its -race pass runs 60); make soak runs
+# SIM_SOAK_SEEDS more when set.
+SIM_SEEDS ?= 1000
+SIM_SOAK_SEEDS ?=
 export GOFLAGS := -buildvcs=false
 
 .PHONY: all build test test-short fuzz lint bench demo soak deps clean
@@ -21,6 +26,7 @@ deps:
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(GO) test -count=1 -timeout 20m -run TestSimSeeds ./reliability/sim/ -sim.seeds=$(SIM_SEEDS)
 	./scripts/fuzz.sh
 
 # A bounded run of every fuzz target (FUZZTIME per target, default 20000x).
@@ -46,6 +52,7 @@ demo: build
 	./$(BIN)/tier0 validate --site site-configs/local-5node.yaml --local --local-slurm --out tier0-report
 
 soak: build
+	if [ -n "$(SIM_SOAK_SEEDS)" ]; then $(GO) test -count=1 -timeout 0 -run TestSimSeeds ./reliability/sim/ -sim.first=100000 -sim.seeds=$(SIM_SOAK_SEEDS); fi
 	./scripts/soak.sh
 
 clean:

@@ -2,4 +2,4 @@
 
 package sim
 
-func init() { defaultSeeds = 100 }
+func init() { defaultSeeds = 60 }
