@@ -1076,8 +1076,23 @@ func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
 	if _, err := n.ownsAt(ctx, s.cfg.Name, s.epoch); err != nil {
 		return
 	}
+	// A drive the coordinator holds failed or replaced (the operator's
+	// word) is its to repair, by a full rebuild: not re-added here.
+	decided := map[string]cluster.MemberState{}
+	if v, err := n.view(ctx); err == nil {
+		for _, av := range v.Arrays {
+			if av.Name == s.cfg.Name {
+				for _, mv := range av.Members {
+					decided[mv.Drive] = mv.State
+				}
+			}
+		}
+	}
 	for _, i := range want {
 		drive := s.cfg.Members[i]
+		if st := decided[drive]; st == cluster.MemberDriveFailed || st == cluster.MemberReplaced || st == cluster.MemberRebuilding {
+			continue
+		}
 		s.dropMember(i)
 		c, ns, err := n.importMember(ctx, s.cfg.Name, drive)
 		if err == nil {
