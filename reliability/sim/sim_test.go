@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	flagSeeds  = flag.Int("sim.seeds", 0, "number of seeds TestSimSeeds runs (default 1000, or $TIER0_SIM_SEEDS)")
+	flagSeeds  = flag.Int("sim.seeds", 0, "number of seeds TestSimSeeds runs (default 1000, 60 under -race, or $TIER0_SIM_SEEDS)")
 	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed, with its timeline (replay of a failing seed)")
 	flagFirst  = flag.Uint64("sim.first", 1, "first seed of TestSimSeeds")
 	flagFaults = flag.String("sim.faults", "", "TestSimSeeds runs this schedule (\"KIND NODE at TICK for TICKS\" lines separated by ';') instead of drawn ones")
@@ -66,10 +66,15 @@ func TestSimSeeds(t *testing.T) {
 	}
 	close(next)
 	wg.Wait()
-	failed := 0
+	failed, ops := 0, 0
+	byKind := map[string]int{}
 	for i, r := range results {
 		if errs[i] != nil {
 			t.Fatalf("seed %d: %v", first+uint64(i), errs[i])
+		}
+		ops += r.Ops
+		for _, f := range r.Schedule {
+			byKind[f.Kind]++
 		}
 		if *flagSeed != 0 {
 			t.Logf("%s", r.Report())
@@ -81,6 +86,7 @@ func TestSimSeeds(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("seeds %d-%d: faults %v, %d operations checked, %d seeds failed", first, first+uint64(n)-1, byKind, ops, failed)
 	if failed > 0 {
 		t.Errorf("%d of %d seeds failed", failed, n)
 	}
