@@ -152,6 +152,43 @@ func (c CPUCost) Net(idle *CPUCost) CPUCost {
 	return out
 }
 
+// IdleExpected is what role's processes of c would have spent over c's
+// wall time at the rate they spend idle (CPU-seconds); 0 without idle.
+func (c CPUCost) IdleExpected(idle *CPUCost, role string) float64 {
+	if idle == nil || idle.WallS <= 0 {
+		return 0
+	}
+	var sum float64
+	for _, p := range c.Processes {
+		if role != "" && p.Role != role {
+			continue
+		}
+		for _, q := range idle.Processes {
+			if q.Process == p.Process {
+				sum += q.Seconds() / idle.WallS * c.WallS
+			}
+		}
+	}
+	return sum
+}
+
+// MinAboveIdle is how far a role's CPU time must rise above its idle
+// expectation (as a share of it) before the difference is taken as the
+// cost of the work: idle costs (heartbeats, lease renewals, raft ticks)
+// vary by more than a tenth from one minute to the next on a shared
+// machine, so a smaller excess is noise.
+const MinAboveIdle = 0.25
+
+// Resolved reports whether role's work cost in c stands clearly above its
+// idle cost (see MinAboveIdle); without an idle measurement it always does.
+func (c CPUCost) Resolved(idle *CPUCost, role string) bool {
+	exp := c.IdleExpected(idle, role)
+	if exp <= 0 {
+		return c.Seconds(role) > 0
+	}
+	return c.Seconds(role)-exp >= MinAboveIdle*exp
+}
+
 // Add accumulates o into c (per process name).
 func (c *CPUCost) Add(o CPUCost) {
 	c.Bytes += o.Bytes

@@ -16,7 +16,7 @@ import (
 // file I/O): CPU-seconds per GiB moved and per million I/Os.
 func cpuTable(res *bench.Results) (table, bool) {
 	t := table{Title: "CPU cost", Header: []string{"scenario", "layer", "state", "tier0d CPU-s/GiB", "tier0d CPU-s/M I/O", "host CPU-s/GiB", "host CPU-s/M I/O", "cores busy (tier0d + host)", "per process (CPU-s)"},
-		Note: "From each process's own accounting (/proc/PID/stat, user + system) over all repetitions of the scenario, less what each process spends idle with the cluster up (measured before the benches; heartbeats, leases, polls), when recorded. tier0d runs every storage layer of a node in one process (backend target, backend host and RAID, frontend target); the layers' costs show as the differences between the raw, block and frontend rows. A machine short of CPUs inflates these figures (contention, spinning): read them beside its usable CPUs."}
+		Note: "From each process's own accounting (/proc/PID/stat, user + system) over all repetitions of the scenario, less what each process spends idle with the cluster up (measured before the benches; heartbeats, leases, polls), when recorded. tier0d runs every storage layer of a node in one process (backend target, backend host and RAID, frontend target); the layers' costs show as the differences between the raw, block and frontend rows. A machine short of CPUs inflates these figures (contention, spinning): read them beside its usable CPUs. \"below idle\": tier0d's CPU time rose less than " + fmt.Sprintf("%.0f%%", 100*bench.MinAboveIdle) + " above what it spends idle over the same time, which is within the idle cost's own variation, so its work cost is not measured by this run."}
 	ms := slices.Clone(res.Measurements)
 	slices.SortStableFunc(ms, func(a, b bench.Measurement) int {
 		return cmp.Or(cmp.Compare(rank(scenarioOrder, a.Scenario), rank(scenarioOrder, b.Scenario)),
@@ -29,13 +29,14 @@ func cpuTable(res *bench.Results) (table, bool) {
 		}
 		net := m.CPU.Net(res.Run.IdleCPU)
 		c := &net
+		resolved := m.CPU.Resolved(res.Run.IdleCPU, bench.RoleTier0d)
 		var procs []string
 		for _, p := range c.Processes {
 			procs = append(procs, fmt.Sprintf("%s %.2f", strings.TrimPrefix(p.Process, "tier0d "), p.Seconds()))
 		}
 		dash := func(v float64, tier0d bool) string {
-			if tier0d && c.Seconds(bench.RoleTier0d) == 0 {
-				return "—"
+			if tier0d && !resolved {
+				return "below idle"
 			}
 			return fmt.Sprintf("%.3g", v)
 		}
@@ -61,7 +62,7 @@ func projectionTable(res *bench.Results, ref *Reference) (table, bool) {
 		have = "this run's machine: " + c.String()
 	}
 	t := table{Title: "CPU projection to the seed's cluster", Header: []string{"workload", "seed figure", "tier0d cost here", "tier0d cores per node", "host cores per node", "total per node"},
-		Note: fmt.Sprintf("Cores per node = cost per GiB (or per million I/Os) measured here, net of idle, × the seed's figure ÷ %g nodes. The seed does not publish its nodes' CPUs (GPU servers of its class, 8 GPUs each, commonly have 64–128 cores); %s. The projection assumes cost scales linearly with the rate, which holds for per-byte work (checksums, parity, copies) and overstates it where this machine's CPU contention inflated the cost.", nodes, have)}
+		Note: fmt.Sprintf("Cores per node = cost per GiB (or per million I/Os) measured here, net of idle, × the seed's figure ÷ %g nodes. The seed does not publish its nodes' CPUs (GPU servers of its class, 8 GPUs each, commonly have 64–128 cores); %s. The projection assumes cost scales linearly with the rate, which holds for per-byte work (checksums, parity, copies) and overstates it where this machine's CPU contention inflated the cost. \"not resolved\": tier0d's CPU time in the scenario did not rise clearly above its idle cost (the model's scaled-down drives move too few bytes for that), so no per-GiB or per-I/O cost can be projected from this run; the target's own cost per I/O is measured by make bench (bench/perf, docs/PERFORMANCE.md).", nodes, have)}
 	h := ref.Healthy
 	for _, x := range []struct {
 		sc, what string
@@ -77,6 +78,8 @@ func projectionTable(res *bench.Results, ref *Reference) (table, bool) {
 		if !ok || m.CPU == nil || x.rate <= 0 {
 			continue
 		}
+		resolved := m.CPU.Resolved(res.Run.IdleCPU, bench.RoleTier0d)
+		gross, idleExp := m.CPU.Seconds(bench.RoleTier0d), m.CPU.IdleExpected(res.Run.IdleCPU, bench.RoleTier0d)
 		net := m.CPU.Net(res.Run.IdleCPU)
 		m.CPU = &net
 		var costT, costH float64
@@ -90,6 +93,10 @@ func projectionTable(res *bench.Results, ref *Reference) (table, bool) {
 			seed, unit = fmt.Sprintf("%.1f GiB/s", x.rate), "CPU-s per GiB"
 		}
 		ct, chost := costT*x.rate/nodes, costH*x.rate/nodes
+		if !resolved {
+			t.Rows = append(t.Rows, []string{x.what, seed, fmt.Sprintf("not resolved: %.3g CPU-s against %.3g CPU-s idle over the same time", gross, idleExp), "not measured", fmt.Sprintf("%.1f", chost), fmt.Sprintf("%.1f + tier0d not measured", chost)})
+			continue
+		}
 		t.Rows = append(t.Rows, []string{x.what, seed, fmt.Sprintf("%.3g %s", costT, unit), fmt.Sprintf("%.1f", ct), fmt.Sprintf("%.1f", chost), fmt.Sprintf("%.1f", ct+chost)})
 	}
 	return t, len(t.Rows) > 0
