@@ -663,9 +663,19 @@ func (l *Listener) Accept(ctx context.Context, cfg Config, decide func(PrivateDa
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	to := timeoutOf(ctx)
-	e, err := expect(l.ch, to, C.RDMA_CM_EVENT_CONNECT_REQUEST, "accepting")
-	if err != nil {
-		return nil, err
+	deadline := time.Now().Add(to)
+	// The listener's channel also carries the events of connections it
+	// accepted earlier (their disconnects): skip them. (Dispatching them
+	// to their Conn is the target side's next step.)
+	var e cmEvent
+	for {
+		var err error
+		if e, err = getEvent(l.ch, max(time.Until(deadline), time.Millisecond)); err != nil {
+			return nil, fmt.Errorf("rdma: accepting: waiting for CONNECT_REQUEST: %v", err)
+		}
+		if e.typ == C.RDMA_CM_EVENT_CONNECT_REQUEST {
+			break
+		}
 	}
 	pd, err := ParsePrivateData(e.priv)
 	if err != nil {
@@ -702,9 +712,20 @@ func (l *Listener) Accept(ctx context.Context, cfg Config, decide func(PrivateDa
 		c.destroy()
 		return nil, fmt.Errorf("rdma: rdma_accept: %v", err)
 	}
-	if _, err := expect(l.ch, to, C.RDMA_CM_EVENT_ESTABLISHED, "accepting"); err != nil {
+	for {
+		e2, err := getEvent(l.ch, max(time.Until(deadline), time.Millisecond))
+		if err != nil {
+			c.destroy()
+			return nil, fmt.Errorf("rdma: accepting queue %d: waiting for ESTABLISHED: %v", pd.QID, err)
+		}
+		if e2.id != e.id {
+			continue // another connection's event
+		}
+		if e2.typ == C.RDMA_CM_EVENT_ESTABLISHED {
+			break
+		}
 		c.destroy()
-		return nil, err
+		return nil, fmt.Errorf("rdma: accepting queue %d: got %s (status %d), want ESTABLISHED", pd.QID, evName(e2.typ), e2.status)
 	}
 	go c.poll()
 	return c, nil
