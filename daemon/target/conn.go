@@ -103,28 +103,45 @@ type outItem struct {
 }
 
 // Inline execution (see dispatch and runBatch): a read or write whose
-// namespace answered in under inlineLimit on average is run by the reader
-// itself, between parsing the PDUs of one wake-up and writing their
-// answers; others go to the queue's workers. An inline command that runs
-// for longer than stallAfter (checked twice, so up to twice that) hands
-// the reader's role to a new goroutine: the rest of its batch goes to the
-// workers, the answers already made are written, and no further command of
-// the queue runs inline until it returned.
+// namespace answers fast is run by the reader itself, between parsing the
+// PDUs of one wake-up and writing their answers; others go to the queue's
+// workers. Fast: under inlineLimit per command on average, or, for large
+// transfers, under inlineBlock per 4 KiB and inlineMax per command (a
+// memory copy, which costs a worker the same CPU, not a wait for a drive).
+// An inline command that runs for longer than stallAfter (checked twice,
+// so up to twice that) hands the reader's role to a new goroutine: the
+// rest of its batch goes to the workers, the answers already made are
+// written, and no further command of the queue runs inline until it
+// returned.
 const (
 	inlineLimit = 30 * time.Microsecond
+	inlineBlock = 2 * time.Microsecond
+	inlineMax   = 200 * time.Microsecond
 	stallAfter  = time.Millisecond
 )
 
-// nsLat is a moving average of one namespace's execution time on one
-// queue (reads and writes, in nanoseconds; 1/8 weight per command).
+// nsLat holds moving averages of one namespace's execution time on one
+// queue (reads and writes; 1/8 weight per command): per command and per
+// 4 KiB, in nanoseconds.
 type nsLat struct {
-	nsid uint32
-	avg  atomic.Int64
+	nsid   uint32
+	avg    atomic.Int64
+	perBlk atomic.Int64
 }
 
-func (l *nsLat) add(d time.Duration) {
+func (l *nsLat) add(d time.Duration, bytes uint32) {
+	// a lost update between two workers is harmless
 	old := l.avg.Load()
-	l.avg.Store(old + (int64(d)-old)/8) // a lost update between workers is harmless
+	l.avg.Store(old + (int64(d)-old)/8)
+	pb := int64(d) / int64(max(1, bytes/4096))
+	old = l.perBlk.Load()
+	l.perBlk.Store(old + (pb-old)/8)
+}
+
+// fast reports whether the namespace's commands may run inline.
+func (l *nsLat) fast() bool {
+	a := l.avg.Load()
+	return a < int64(inlineLimit) || (a < int64(inlineMax) && l.perBlk.Load() < int64(inlineBlock))
 }
 
 // connectNoSQFlow is the Connect attribute by which a host disables SQ
@@ -680,7 +697,7 @@ func (c *conn) dispatch(r *request) {
 	}
 	if op := r.sqe.Opcode; op == nvme.CmdRead || op == nvme.CmdWrite {
 		r.lat = c.latOf(r.sqe.NSID)
-		if r.lat != nil && c.stalled.Load() == 0 && r.lat.avg.Load() < int64(inlineLimit) {
+		if r.lat != nil && c.stalled.Load() == 0 && r.lat.fast() {
 			c.batch = append(c.batch, r)
 			return
 		}
@@ -750,11 +767,11 @@ func (c *conn) runBatch(gen uint64) bool {
 			c.drop(r)
 			continue
 		}
-		l := r.lat // r is recycled once its answer is written
+		l, n := r.lat, r.sqe.DPTR.Length // r is recycled once its answer is written
 		c.t.execute(r)
 		t1 := time.Now()
 		if l != nil {
-			l.add(t1.Sub(t0))
+			l.add(t1.Sub(t0), n)
 		}
 		t0 = t1
 	}
@@ -821,10 +838,10 @@ func (c *conn) startWorkers(n int) {
 					c.drop(r)
 					continue
 				}
-				l, t0 := r.lat, time.Now() // r is recycled once its answer is written
+				l, n, t0 := r.lat, r.sqe.DPTR.Length, time.Now() // r is recycled once its answer is written
 				c.t.execute(r)
 				if l != nil {
-					l.add(time.Since(t0))
+					l.add(time.Since(t0), n)
 				}
 			}
 		}()
