@@ -333,10 +333,11 @@ func (s *liveSite) checkUndisturbed(ctx context.Context, what string, from int, 
 
 // revokeDuringStall stalls the proxies of nodes, revokes the leases ids
 // directly in etcd (what an etcd leader that was frozen and thaws
-// proposes: etcd #12528/#15247), keeps the stall for stall and releases
-// it; it returns the time by which the revocations were committed.
+// proposes: etcd #12528/#15247), releases the stall stall after it began;
+// it returns the time by which the revocations were committed.
 func (s *liveSite) revokeDuringStall(ctx context.Context, nodes []string, ids []clientv3.LeaseID, stall time.Duration) time.Time {
 	s.t.Helper()
+	began := time.Now()
 	for _, n := range nodes {
 		s.proxies[n].stall()
 	}
@@ -346,7 +347,7 @@ func (s *liveSite) revokeDuringStall(ctx context.Context, nodes []string, ids []
 		}
 	}
 	at := time.Now()
-	time.Sleep(stall)
+	time.Sleep(time.Until(began.Add(stall)))
 	for _, n := range nodes {
 		s.proxies[n].release()
 	}
@@ -362,12 +363,12 @@ func (s *liveSite) revokeDuringStall(ctx context.Context, nodes []string, ids []
 // running at home at its epoch and stays readable, and the coordinator
 // (a new one, for the second revoke) reassigns nothing.
 func TestRevokedLeaseKeepsArraysServing(t *testing.T) {
-	const ttl = 6 * time.Second
-	// Longer than the TTL/2 − margin (1.8 s) within which a node used to
-	// have to register again, well inside the TTL − margin (4.8 s) its own
-	// lease gives (a loaded machine's etcd may take a second or more to
-	// grant a lease and put the key).
-	const stall = 2200 * time.Millisecond
+	const ttl = 10 * time.Second
+	// Longer than the TTL/2 − margin (3 s) within which a node used to
+	// have to register again, well inside the TTL − margin (8 s) its own
+	// lease gives: on a loaded machine the first answers after the stall
+	// and the new lease and key can take 2–3 s more.
+	const stall = 3200 * time.Millisecond
 	s := newLiveSite(t, ttl)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()

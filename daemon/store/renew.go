@@ -62,11 +62,14 @@ func (s *Store) dialEndpoints(urls []string) error {
 	return nil
 }
 
+// closeEndpoints closes every member connection. The list itself stays:
+// a call still in flight when the store closes (a session revoked by a
+// goroutine that outlives Close, as the daemon's coordinator may) reads it
+// and fails on a closed connection instead of racing with a write.
 func (s *Store) closeEndpoints() {
 	for _, e := range s.ep.eps {
 		_ = e.close()
 	}
-	s.ep.eps = nil
 }
 
 // renewTiming is derived from the lease TTL.
