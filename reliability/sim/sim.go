@@ -79,18 +79,21 @@ type Result struct {
 	Violations []string
 	History    history.Result
 	Ops        int
+	// Unserved: no node served the array once every fault had ended and
+	// the cluster had Settle ticks to recover (a liveness problem).
+	Unserved bool
 	// Timeline is what happened, for a failing seed's report.
 	Timeline []string
 }
 
 // OK reports whether the run found nothing.
-func (r Result) OK() bool { return len(r.Violations) == 0 && r.History.OK() }
+func (r Result) OK() bool { return len(r.Violations) == 0 && r.History.OK() && !r.Unserved }
 
 // Report is a failing run's account: the seed, the schedule, the
 // violations and the timeline.
 func (r Result) Report() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d violations, history %v (%d ops)\nschedule (replay with -sim.seed=%d, or Options.Faults):\n%s", r.Seed, len(r.Violations), r.History.ByKind, r.Ops, r.Seed, r.Schedule)
+	fmt.Fprintf(&b, "seed %d: %d violations, history %v (%d ops), unserved at the end %v\nschedule (replay with -sim.seed=%d, or Options.Faults):\n%s", r.Seed, len(r.Violations), r.History.ByKind, r.Ops, r.Unserved, r.Seed, r.Schedule)
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION %s\n", v)
 	}
@@ -163,17 +166,18 @@ func (v storeView) RegisterLease(ctx context.Context, info store.NodeInfo, ttl, 
 }
 
 type world struct {
-	o     Options
-	rng   *rand.Rand
-	clk   *clock.Fake
-	st    *memstore.Store
-	coord *memstore.View
-	fab   *Fabric
-	cfg   *config.Config
-	m     *cluster.Machine
-	nodes map[string]*simNode
-	live  map[string]bool // the coordinator's view of live leases
-	tick  int
+	o       Options
+	rng     *rand.Rand
+	clk     *clock.Fake
+	st      *memstore.Store
+	coord   *memstore.View
+	fab     *Fabric
+	cfg     *config.Config
+	m       *cluster.Machine
+	nodes   map[string]*simNode
+	live    map[string]bool      // the coordinator's view of live leases
+	started map[string]time.Time // NodeInfo.Started of each live registration
+	tick    int
 
 	stCut     map[string]int // store partitions per node (overlapping faults nest)
 	fabIso    map[string]int // backend isolations per node
@@ -215,7 +219,7 @@ func Run(o Options) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("simulation site: %w", err)
 	}
-	w := &world{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x5eed)), clk: clock.NewFake(time.Time{}), cfg: cfg, nodes: map[string]*simNode{}, live: map[string]bool{},
+	w := &world{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x5eed)), clk: clock.NewFake(time.Time{}), cfg: cfg, nodes: map[string]*simNode{}, live: map[string]bool{}, started: map[string]time.Time{},
 		stCut: map[string]int{}, fabIso: map[string]int{}, oneWay: map[string]int{}, inCut: map[string]int{}, driveFail: map[string]int{}}
 	w.st = memstore.New(w.clk, "/tier0/"+cfg.Cluster+"/")
 	w.coord = w.st.View("coordinator")
@@ -247,8 +251,8 @@ func Run(o Options) (Result, error) {
 		}
 		w.step(w.tick <= o.Ticks+o.Settle-5)
 	}
-	w.finalRead()
-	res := Result{Seed: o.Seed, Schedule: sched, Ops: len(w.ops), Timeline: w.timeline}
+	served := w.finalRead()
+	res := Result{Seed: o.Seed, Schedule: sched, Ops: len(w.ops), Timeline: w.timeline, Unserved: !served}
 	res.Violations = append(w.fab.Violations(), w.viol...)
 	res.History = history.Check(w.ops, []string{arrayName}, history.Options{Timeout: 30 * time.Second})
 	return res, nil
@@ -288,6 +292,13 @@ func (w *world) start() error {
 		// Up from the start, as a coordinator that restores its machine
 		// finds them: not a return.
 		w.live[name] = true
+	}
+	alive, err := w.coord.Nodes(context.Background())
+	if err != nil {
+		return err
+	}
+	for name, info := range alive {
+		w.started[name] = info.Started // each registration of the simulation is stamped anew
 	}
 	return nil
 }
@@ -429,9 +440,17 @@ func (w *world) coordinate(ctx context.Context) {
 		panic(err) // the coordinator's view is never cut
 	}
 	for _, name := range nodeNames {
-		_, up := alive[name]
+		info, up := alive[name]
+		// A new registration (a restart, or a node back from fencing
+		// itself) is a Put of the liveness key, which WatchNodes reports
+		// as alive: the machine hears NodeReturned even when the old
+		// lease had not expired yet.
+		again := up && w.live[name] && !info.Started.Equal(w.started[name])
+		if up {
+			w.started[name] = info.Started
+		}
 		switch {
-		case up && !w.live[name]:
+		case up && (!w.live[name] || again):
 			w.live[name] = true
 			w.stepEv(cluster.NodeReturned{Node: name})
 		case !up && w.live[name]:
@@ -573,16 +592,18 @@ func (w *world) read(via string, dev blockdev.Device, unit int, client int32) {
 	w.note("read unit %d via %s: gen %d", unit, via, v)
 }
 
-// finalRead reads every unit through a path, once the faults are over.
-func (w *world) finalRead() {
+// finalRead reads every unit through a path, once the faults are over;
+// it reports whether a node served the array.
+func (w *world) finalRead() bool {
 	ps := w.paths()
 	if len(ps) == 0 {
 		w.note("final read: no node serves the array after the faults ended")
-		return
+		return false
 	}
 	for u := range units {
 		w.read(ps[0].name, ps[0].sn.Device(arrayName), u, -1)
 	}
+	return true
 }
 
 // A workload block: magic, unit, generation, CRC, then the generation's

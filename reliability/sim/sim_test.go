@@ -2,6 +2,7 @@ package sim
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
@@ -67,12 +68,16 @@ func TestSimSeeds(t *testing.T) {
 	close(next)
 	wg.Wait()
 	failed, ops := 0, 0
+	var unserved []string
 	byKind := map[string]int{}
 	for i, r := range results {
 		if errs[i] != nil {
 			t.Fatalf("seed %d: %v", first+uint64(i), errs[i])
 		}
 		ops += r.Ops
+		if r.Unserved {
+			unserved = append(unserved, fmt.Sprintf("seed %d (%s)", r.Seed, strings.ReplaceAll(strings.TrimSpace(r.Schedule.String()), "\n", "; ")))
+		}
 		for _, f := range r.Schedule {
 			byKind[f.Kind]++
 		}
@@ -86,7 +91,13 @@ func TestSimSeeds(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("seeds %d-%d: faults %v, %d operations checked, %d seeds failed", first, first+uint64(n)-1, byKind, ops, failed)
+	t.Logf("seeds %d-%d: faults %v, %d operations checked, %d seeds failed, %d left the array unserved after the faults ended", first, first+uint64(n)-1, byKind, ops, failed, len(unserved))
+	for i, u := range unserved {
+		if i == 5 {
+			break
+		}
+		t.Logf("unserved: %s", u)
+	}
 	if failed > 0 {
 		t.Errorf("%d of %d seeds failed", failed, n)
 	}
