@@ -53,7 +53,7 @@ type Options struct {
 	Faults string
 	// Ticks of faults and workload (default 60), each Tick of cluster time.
 	Ticks int
-	// Settle ticks after every fault has ended (default 40).
+	// Settle ticks after the last fault has ended (default 40).
 	Settle int
 	// Legacy runs with the pre-bd91d05 repair and fence rule and without
 	// the targets' epoch fencing (the proof that the simulation finds
@@ -240,7 +240,12 @@ func Run(o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer w.stopAll()
-	for w.tick = 1; w.tick <= o.Ticks+o.Settle; w.tick++ {
+	// The cluster settles for Settle ticks after the last fault ends.
+	end := o.Ticks
+	for _, f := range sched {
+		end = max(end, f.Start+f.Len)
+	}
+	for w.tick = 1; w.tick <= end+o.Settle; w.tick++ {
 		for _, f := range sched {
 			if f.Start == w.tick {
 				w.apply(f, true)
@@ -249,7 +254,7 @@ func Run(o Options) (Result, error) {
 				w.apply(f, false)
 			}
 		}
-		w.step(w.tick <= o.Ticks+o.Settle-5)
+		w.step(w.tick <= end+o.Settle-5)
 	}
 	served := w.finalRead()
 	res := Result{Seed: o.Seed, Schedule: sched, Ops: len(w.ops), Timeline: w.timeline, Unserved: !served}
