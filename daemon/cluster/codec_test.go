@@ -22,7 +22,7 @@ var sampleActions = []Action{
 
 var sampleEvents = []Event{
 	NodeJoined{Node: "A", Domain: "r1", Drives: []string{"A1"}},
-	Heartbeat{Node: "A"}, LeaseExpired{Node: "A"}, NodeReturned{Node: "A"}, SelfLeaseLost{Node: "A"},
+	Heartbeat{Node: "A"}, LeaseExpired{Node: "A"}, NodeReturned{Node: "A", Started: 1764633600123456789, Fences: 2}, SelfLeaseLost{Node: "A"},
 	PartitionSuspected{Node: "A"}, PartitionCleared{Node: "A"},
 	ArrayDefined{Name: "a", Level: RAID6, Home: "A", Members: []MemberSpec{{Drive: "B1", Node: "B"}}, Failback: FailbackManual},
 	FenceDone{Array: "a", Node: "A", Epoch: 3}, FenceFailed{Array: "a", Node: "A", Epoch: 3, Reason: "x"},
@@ -60,6 +60,15 @@ func TestCodecRoundTrip(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, e) {
 			t.Fatalf("%s: round trip gave %#v, %v", b, got, err)
 		}
+	}
+	// A NodeReturned of before the registration's identity decodes without
+	// one (and so takes the node's arrays over as it did), and one without
+	// an identity encodes as it did.
+	if got, err := UnmarshalEvent([]byte(`{"type":"node-returned","body":{"Node":"A"}}`)); err != nil || got != (NodeReturned{Node: "A"}) {
+		t.Fatalf("an old node-returned decoded as %#v, %v; want NodeReturned{Node: \"A\"}", got, err)
+	}
+	if b, err := MarshalEvent(NodeReturned{Node: "A"}); err != nil || string(b) != `{"type":"node-returned","body":{"Node":"A"}}` {
+		t.Fatalf("NodeReturned without an identity encoded as %s, %v; want the old encoding", b, err)
 	}
 	for _, bad := range []string{``, `{`, `{"type":"nope"}`, `{"type":"fence","body":[1]}`, `{"type":"heartbeat"}`} {
 		_, errA := UnmarshalAction([]byte(bad))

@@ -19,11 +19,25 @@ type Heartbeat struct{ Node string }
 // LeaseExpired: the store expired the node's liveness lease.
 type LeaseExpired struct{ Node string }
 
-// NodeReturned: a node's daemon (re)started and registered a fresh lease.
-// If the machine had not yet seen it lost (it restarted within its lease),
-// everything the old process owned is taken over again and its members are
-// resynced. A Heartbeat from a lost node means the same as NodeReturned.
-type NodeReturned struct{ Node string }
+// NodeReturned: a node's daemon (re)started and registered a fresh lease,
+// or it says it serves nothing any more. If the machine had not yet seen it
+// lost (it restarted within its lease), everything the old process owned
+// is taken over again and its members are resynced. A Heartbeat from a
+// lost node means the same as NodeReturned.
+//
+// Started and Fences name the registration the event reports (the daemon's
+// start, Unix nanoseconds, and how many times that process fenced itself:
+// store.NodeInfo). The same registration reported twice (the store's watch
+// and the node's own "returned" report) is one return: for a node the
+// machine has up with that identity, the second is a heartbeat. Another
+// Started (a restart) or more Fences (it fenced itself and stopped
+// serving) takes its arrays over again. Without an identity (Started 0)
+// every return of a node that is not down does.
+type NodeReturned struct {
+	Node    string
+	Started int64  `json:",omitempty"`
+	Fences  uint64 `json:",omitempty"`
+}
 
 // SelfLeaseLost: the node itself could not renew its lease (keep-alive
 // failed or its deadline passed); it must stop acting as owner now.

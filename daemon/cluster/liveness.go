@@ -23,11 +23,19 @@ func (m *Machine) stepLiveness(ev Event) error {
 		if err != nil {
 			return err
 		}
-		if n.state != NodeDown {
-			// The daemon restarted before its old lease expired: the old
-			// process served nothing after it died, and the new one
-			// serves nothing yet.
-			m.restarted(n)
+		// The registration the machine already saw (reported again, by
+		// the node's own report after the store's watch or the other way
+		// round), or an older one reported late: nothing new.
+		seen := e.Started != 0 && e.Started == n.started && e.Fences <= n.fences
+		if !seen {
+			n.started, n.fences = e.Started, e.Fences
+			if n.state != NodeDown {
+				// The daemon restarted before its old lease expired, or
+				// fenced itself and registered again: the old process
+				// served nothing after it died (or fenced), and the new
+				// registration serves nothing yet.
+				m.restarted(n)
+			}
 		}
 		m.heartbeat(n)
 	case LeaseExpired:

@@ -28,6 +28,10 @@ type node struct {
 	suspect      bool  // it suspects a partition: no new ownership, no failback
 	draining     bool  // an operator drains it: its arrays move off
 	slurmDrained bool  // the machine drained it in Slurm and has not resumed it
+	// The registration its last NodeReturned named (NodeReturned.Started,
+	// Fences); started 0: none known.
+	started int64
+	fences  uint64
 }
 
 // member is one drive of an array, as the machine sees it.
