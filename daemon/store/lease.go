@@ -18,6 +18,11 @@ type NodeInfo struct {
 	Drives  []string  `json:"drives,omitempty"`
 	API     string    `json:"api,omitempty"`
 	Started time.Time `json:"started"`
+	// Fences counts the times the process that started at Started fenced
+	// itself before this registration: with Started it names the
+	// registration (cluster.NodeReturned), so that one registration
+	// reported twice is one return.
+	Fences uint64 `json:"fences,omitempty"`
 	// TTL is the lease's (set by Register): a watcher holds the deletion
 	// of this registration back NodeGoneGrace(TTL).
 	TTL time.Duration `json:"ttl,omitempty"`
@@ -185,8 +190,10 @@ func (s *Store) nodeGrace(was NodeInfo) time.Duration {
 // lease TTL) on this watcher's clock: a node whose lease the store revoked
 // before its deadline (an etcd leader frozen and thawed does that to every
 // lease) registers again within that time, under a new lease and with the
-// same Started, and then neither the deletion nor the new registration is
-// reported — the node never stopped holding its arrays. A real expiry is
+// same Started and Fences, and then neither the deletion nor the new
+// registration is reported — the node never stopped holding its arrays.
+// One that fenced itself meanwhile (more Fences) stopped serving: only its
+// new registration is reported. A real expiry is
 // therefore reported a TTL after the store expired the lease. A node registered with another Started
 // (it restarted) is reported gone, then back. Events of a node are
 // reported in order; a held deletion may come after events of other nodes
@@ -261,7 +268,15 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 					if h := pending[ne.Node]; h != nil {
 						delete(pending, ne.Node)
 						if !h.was.Started.IsZero() && h.was.Started.Equal(ne.Info.Started) {
-							s.log.Info("node registered again under a new lease before its deletion counted", "node", ne.Node, "gone_for", time.Since(h.since))
+							if h.was.Fences == ne.Info.Fences {
+								s.log.Info("node registered again under a new lease before its deletion counted", "node", ne.Node, "gone_for", time.Since(h.since))
+								continue
+							}
+							// It fenced itself in between: it is back (the
+							// put, with its new Fences), never gone.
+							if !send(ne) {
+								return
+							}
 							continue
 						}
 						if !send(h.ev) {
