@@ -74,6 +74,9 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 	info := store.NodeInfo{Node: n.me.Name, Domain: n.me.Domain, Drives: drives, API: n.me.AdvertiseAddr(n.me.API), Started: n.started}
 	fencedBefore := false
 	for ctx.Err() == nil {
+		// Started and Fences name this registration: the coordinator hears
+		// it from the store's watch and from the "returned" report below,
+		// and takes the two for one return (cluster.NodeReturned).
 		live, err := n.register(ctx, info, ttl, margin)
 		if err != nil {
 			n.log.Warn("lease registration failed; retrying", "err", err)
@@ -96,7 +99,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 			// Back after fencing itself: it serves nothing now. Say so, in
 			// case the coordinator saw the new lease before it rebuilt its
 			// machine from a record that still said "serving".
-			n.sendReport(report{Kind: "returned"})
+			n.sendReport(report{Kind: "returned", Started: unixNano(info.Started), Fences: info.Fences})
 			fencedBefore = false
 		}
 		why := awaitLeaseLoss(ctx, live, margin)
@@ -109,8 +112,18 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 		// client may hold: only after the node has fenced itself.
 		live.Abandon()
 		fencedBefore = true
+		info.Fences++
 	}
 	return nil
+}
+
+// unixNano is t in Unix nanoseconds, 0 for the zero time (no identity:
+// cluster.NodeReturned).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 func errString(err error) string {
