@@ -38,6 +38,8 @@ type report struct {
 	Reason      string `json:"reason,omitempty"`
 	Winner      string `json:"winner,omitempty"`
 	WinnerEpoch uint64 `json:"winner_epoch,omitempty"`
+	Started     int64  `json:"started,omitempty"` // "returned": the registration (cluster.NodeReturned)
+	Fences      uint64 `json:"fences,omitempty"`
 }
 
 // event converts a report into the state machine's event.
@@ -79,7 +81,7 @@ func (r report) event() (cluster.Event, error) {
 		// The node serves nothing any more (it fenced itself, or found an
 		// array it should run stopped): its arrays are to be taken over
 		// again under new epochs.
-		return cluster.NodeReturned{Node: r.Node}, nil
+		return cluster.NodeReturned{Node: r.Node, Started: r.Started, Fences: r.Fences}, nil
 	}
 	return nil, fmt.Errorf("report kind %q is not known", r.Kind)
 }
