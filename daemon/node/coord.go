@@ -184,7 +184,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 			}
 			if ne.Alive {
 				live[ne.Node] = true
-				step(cluster.NodeReturned{Node: ne.Node})
+				step(cluster.NodeReturned{Node: ne.Node, Started: unixNano(ne.Info.Started), Fences: ne.Info.Fences})
 			} else {
 				delete(live, ne.Node)
 				step(cluster.LeaseExpired{Node: ne.Node})
