@@ -400,13 +400,17 @@ func (w *world) order() []string {
 	return o
 }
 
+// quiesceBound is how long, in real time, a step waits for the nodes' RAID
+// background tasks.
+const quiesceBound = 2 * time.Second
+
 // waitNodes lets the nodes' own goroutines (RAID background tasks, their
 // reports) finish before the coordinator looks: in real time, bounded.
 func (w *world) waitNodes() {
 	for _, name := range nodeNames {
 		if n := w.nodes[name]; n != nil {
-			if !n.sn.Quiesce(2 * time.Second) {
-				w.note("%s: background tasks still running after 2s of real time", name)
+			if !n.sn.Quiesce(quiesceBound) {
+				w.note("%s: background tasks still running after %s of real time", name, quiesceBound)
 			}
 		}
 	}

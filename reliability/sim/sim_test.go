@@ -145,14 +145,26 @@ func TestSimFindsStaleRepair(t *testing.T) {
 
 // A seed replays: the same schedule, the same timeline of tasks, reports
 // and workload operations.
+//
+// A run whose RAID background work outlasted the simulation's real-time
+// bound (a machine under heavy load; the timeline says so) is not under
+// the seed there: such a pair is run again, three times at most.
 func TestSimSeedReplays(t *testing.T) {
-	a, err := Run(Options{Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Run(Options{Seed: 7})
-	if err != nil {
-		t.Fatal(err)
+	var a, b Result
+	for attempt := 1; ; attempt++ {
+		var err error
+		if a, err = Run(Options{Seed: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if b, err = Run(Options{Seed: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if !slowTasks(a) && !slowTasks(b) {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("seed 7: three pairs of runs each had a RAID task outlast the %s bound: the machine is too loaded to check the replay", quiesceBound)
+		}
 	}
 	if a.Schedule.String() != b.Schedule.String() {
 		t.Fatalf("seed 7 drew two schedules:\n%s\n%s", a.Schedule, b.Schedule)
@@ -173,4 +185,15 @@ func line(l []string, i int) string {
 		return l[i]
 	}
 	return "(end)"
+}
+
+// slowTasks reports whether a run's timeline notes a background task that
+// outlasted the quiesce bound.
+func slowTasks(r Result) bool {
+	for _, l := range r.Timeline {
+		if strings.Contains(l, "background tasks still running") {
+			return true
+		}
+	}
+	return false
 }
