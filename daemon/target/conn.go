@@ -221,7 +221,7 @@ type conn struct {
 }
 
 func newConn(t *Target, nc net.Conn) *conn {
-	c := &conn{t: t, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), done: make(chan struct{}), torn: make(chan struct{})}
+	c := &conn{t: t, nc: nc, br: bufio.NewReaderSize(nc, 256<<10), done: make(chan struct{}), torn: make(chan struct{})}
 	c.oidle.L = &c.omu
 	c.setDepth(adminQueueDepth)
 	return c
