@@ -27,7 +27,17 @@ type observedArray struct {
 	Reason  string           `json:"reason,omitempty"` // why it failed
 	Scrub   *api.ScrubStatus `json:"scrub,omitempty"`
 	Time    time.Time        `json:"time"`
+	// Started and Fences name the registration of the owner's process that
+	// wrote the record (store.NodeInfo): a coordinator restoring its
+	// machine trusts a "serving" record of the registration alive now
+	// however long the store held it back (restoreEvents).
+	Started int64  `json:"started,omitempty"`
+	Fences  uint64 `json:"fences,omitempty"`
 }
+
+// observedStaleAfter: an observed record older than this is never taken
+// for the owner's present state; owners publish theirs every second.
+const observedStaleAfter = 30 * time.Second
 
 // observed is the array's record for the store (s.mu not needed).
 func (s *served) observed(epoch uint64, serving bool, st raid.Status) observedArray {
@@ -36,13 +46,14 @@ func (s *served) observed(epoch uint64, serving bool, st raid.Status) observedAr
 		reason = st.Reason // the RAID engine's: which members, and why
 	}
 	return observedArray{Owner: s.n.me.Name, Epoch: epoch, Serving: serving, Status: st,
-		Failed: s.arrayFailed(), Reason: reason, Scrub: s.scrub.Load(), Time: s.n.clk().Now()}
+		Failed: s.arrayFailed(), Reason: reason, Scrub: s.scrub.Load(), Time: s.n.clk().Now(),
+		Started: unixNano(s.n.started), Fences: s.n.fences.Load()}
 }
 
 // ownerReports reads every array's observed record (absent: none). A
 // record older than staleAfter is left out: its owner stopped publishing.
 func (n *Node) ownerReports(ctx context.Context) []api.OwnerReport {
-	const staleAfter = 30 * time.Second
+	const staleAfter = observedStaleAfter
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	raw, err := n.st.List(ctx, store.Observed, "arrays")

@@ -265,9 +265,9 @@ func (n *Node) restoreEvents(ctx context.Context, alive map[string]store.NodeInf
 		ev := cluster.ArrayObserved{Array: a.Name, Owner: own.Owner, Epoch: own.Epoch, Members: map[string]cluster.MemberState{}}
 		var obs observedArray
 		if _, err := n.st.Get(ctx, store.Observed, "arrays", a.Name, &obs); err == nil {
-			_, up := alive[own.Owner]
+			info, up := alive[own.Owner]
 			ev.Serving = up && obs.Serving && obs.Owner == own.Owner && obs.Epoch == own.Epoch &&
-				n.clk().Since(obs.Time) < max(3*time.Second, n.cfg.Policies.LeaseTTL.D())
+				n.recordCurrent(obs, info)
 		}
 		for _, av := range last.Arrays {
 			if av.Name == a.Name {
@@ -289,6 +289,22 @@ func (n *Node) restoreEvents(ctx context.Context, alive map[string]store.NodeInf
 		}
 	}
 	return evs, nil
+}
+
+// recordCurrent reports whether an owner's observed record still tells its
+// state: it is younger than a lease TTL (3 s at least), or it was written
+// by the owner's registration alive now (same Started, same Fences: the
+// process never restarted or fenced itself since, so it still serves what
+// it said) and is younger than observedStaleAfter. The second rule keeps
+// a coordinator that restores its machine — a TTL after its term began,
+// with a frozen etcd member holding the owners' writes back — from taking
+// healthy owners' arrays for unserved and re-fencing them at home.
+func (n *Node) recordCurrent(obs observedArray, owner store.NodeInfo) bool {
+	age := n.clk().Since(obs.Time)
+	if age < max(3*time.Second, n.cfg.Policies.LeaseTTL.D()) {
+		return true
+	}
+	return obs.Started != 0 && obs.Started == unixNano(owner.Started) && obs.Fences == owner.Fences && age < observedStaleAfter
 }
 
 func (n *Node) anyOwnership(ctx context.Context) bool {

@@ -113,6 +113,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 		live.Abandon()
 		fencedBefore = true
 		info.Fences++
+		n.fences.Store(info.Fences)
 	}
 	return nil
 }

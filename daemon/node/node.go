@@ -89,9 +89,12 @@ type Node struct {
 	arrays map[string]*served // every configured array, by name
 	// fenced is set while the node has fenced itself (lease lost); an
 	// atomic so that self-fencing and every check of it take no lock.
-	fenced    atomic.Bool
-	fenceWhy  atomic.Pointer[string]
-	leaseGen  atomic.Uint64  // counts lease registrations
+	fenced   atomic.Bool
+	fenceWhy atomic.Pointer[string]
+	leaseGen atomic.Uint64 // counts lease registrations
+	// fences counts this process's self-fences: with started it names the
+	// registration that publishes the arrays' observed records.
+	fences    atomic.Uint64
 	lease     leaseSlot      // the current lease, for the per-request check
 	bg        sync.WaitGroup // background reports and records (goBG)
 	arrayList []*served      // the arrays in config order, fixed once the frontend started
