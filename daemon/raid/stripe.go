@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"tier0/daemon/blockdev"
 )
 
 // A partial or full update of one RAID-5/6 stripe runs in three steps,
@@ -353,6 +355,22 @@ func (a *Array) planDegraded(w *stripeWork) error {
 	return nil
 }
 
+// maxLoggedChunks is how many chunks' new content one log entry carries
+// (entHeader.Missing): the chunks of missing members, and those of members
+// under rebuild, which a crash could leave torn.
+const maxLoggedChunks = len(entHeader{}.Missing)
+
+// unloggable refuses a write whose log entry would have to carry more
+// chunks than an entry holds: on RAID-6 two members missing and a third
+// rebuilding, all three modified. Writing it unlogged would leave a crash
+// mid-update unrepairable, so the write is refused (fence and refuse
+// rather than guess) until the rebuild has finished; reads go on.
+func (a *Array) unloggable(s int64, n int) error {
+	lo := s * a.geo.StripeSize
+	return fmt.Errorf("raid %s: stripe %d (array bytes [%d, %d)): the write modifies %d chunks on missing or rebuilding members and the partial-parity log carries at most %d; it is refused until the rebuild finishes (or write fewer chunks of the stripe): %w: %w",
+		fmtUUID(a.uuid), s, lo, lo+a.geo.StripeSize, n, maxLoggedChunks, ErrUnavailable, blockdev.ErrIO)
+}
+
 // commitStripe writes the log entry (if any), then the planned member
 // writes; a member lost mid-update leaves a consistent stripe on the
 // survivors, which are flushed before anyone relies on it.
@@ -368,6 +386,9 @@ func (a *Array) commitStripe(w *stripeWork) error {
 			if err := a.flushMembers(); err != nil {
 				return retryOn(err)
 			}
+		}
+		if len(w.ent.missing) > maxLoggedChunks {
+			return a.unloggable(p.s, len(w.ent.missing))
 		}
 		n := 0
 		for k := 0; k < p.np; k++ {
