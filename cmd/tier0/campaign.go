@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -179,18 +178,26 @@ func runCampaign(cmd *cobra.Command, o *campaignOptions) error {
 	if err != nil {
 		return campaignExit{fmt.Errorf("campaign could not run (node logs in %s; --keep keeps them): %w", o.work, err), 2}
 	}
-	if o.json {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+	return campaignResult(cmd, res, o.json, o.keep, fmt.Sprintf("the work directory %s is removed; rerun with --keep --seed %d to keep the node logs\n", o.work, o.seed))
+}
+
+// campaignResult prints a campaign's or a nemesis run's result (its
+// summary, or JSON) and turns a failed result into exit status 1, saying
+// how to keep the node logs when they were removed.
+func campaignResult(cmd *cobra.Command, res interface {
+	Summary() string
+	Err() error
+}, asJSON, keep bool, removed string) error {
+	if asJSON {
+		if err := writeJSON(cmd.OutOrStdout(), res); err != nil {
 			return err
 		}
 	} else {
 		fmt.Fprint(cmd.OutOrStdout(), res.Summary())
 	}
 	if err := res.Err(); err != nil {
-		if !o.keep {
-			fmt.Fprintf(cmd.ErrOrStderr(), "the work directory %s is removed; rerun with --keep --seed %d to keep the node logs\n", o.work, o.seed)
+		if !keep {
+			fmt.Fprint(cmd.ErrOrStderr(), removed)
 		}
 		return campaignExit{err, 1}
 	}
@@ -304,20 +311,5 @@ func runNemesis(cmd *cobra.Command, n nemesisOpts) error {
 	if err != nil {
 		return campaignExit{fmt.Errorf("nemesis could not run (node logs in %s; --keep keeps them): %w", n.work, err), 2}
 	}
-	if n.json {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprint(cmd.OutOrStdout(), res.Summary())
-	}
-	if err := res.Err(); err != nil {
-		if !n.keep {
-			fmt.Fprintf(cmd.ErrOrStderr(), "the work directory %s is removed; rerun with --keep to keep the node logs\n", n.work)
-		}
-		return campaignExit{err, 1}
-	}
-	return nil
+	return campaignResult(cmd, res, n.json, n.keep, fmt.Sprintf("the work directory %s is removed; rerun with --keep to keep the node logs\n", n.work))
 }
