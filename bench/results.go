@@ -80,6 +80,8 @@ type ModelInfo struct {
 	LinkBytesPerS float64 `json:"link_bytes_per_s,omitempty"`
 	// How says how the model is applied (which layer it shapes).
 	How string `json:"how,omitempty"`
+	// Calibration is how the scale was chosen at start-up (bench/model.go).
+	Calibration *ModelCalibration `json:"calibration,omitempty"`
 }
 
 // DriveFigures are a drive's bandwidth, IOPS and latency for reads and

@@ -222,3 +222,16 @@ func SharedLink(key string, bytesPerSec float64) *LinkBudget {
 	}
 	return l
 }
+
+// LinkCharged wraps dev (a node's frontend namespace) so that every byte
+// it moves is charged to link, the node's modelled network link that its
+// drives' bytes draw on too (SharedLink): a frontend-heavy workload is
+// bound by the link like a backend one. It adds no drive time and no
+// latency; dev itself is returned when link is nil (no link model). clk
+// nil: the real clock.
+func LinkCharged(dev Device, clk Clock, link *LinkBudget) Device {
+	if link == nil || link.bytesPerSec <= 0 {
+		return dev
+	}
+	return NewShaped(dev, Model{}, clk, link)
+}

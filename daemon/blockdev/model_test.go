@@ -105,3 +105,41 @@ func TestSharedLink(t *testing.T) {
 		t.Error("one node's drives do not share one link budget, or two nodes share one")
 	}
 }
+
+// TestLinkChargedSharesTheNodeLink: a node's frontend bytes draw on the
+// link its drives' bytes draw on (issue 17: only the drives' bytes were
+// charged, so a frontend-heavy figure was not bound by the model): 5 MiB
+// served by the frontend and 5 MiB read from a drive over a 10 MiB/s link
+// take a second, and a FUA write through the frontend is charged too.
+func TestLinkChargedSharesTheNodeLink(t *testing.T) {
+	clk := newFake()
+	link := NewLinkBudget(clk, 10<<20, 0)
+	drive := NewShaped(NewMem(8<<20, 4096), Model{ReadBytesPerS: 1 << 30}, clk, link)
+	front := LinkCharged(NewMem(8<<20, 4096), clk, link)
+	buf := make([]byte, 1<<20)
+	for i := 0; i < 5; i++ {
+		if _, err := front.ReadAt(buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := drive.ReadAt(buf, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := clk.now.Sub(time.Unix(0, 0)), time.Second; got != want {
+		t.Errorf("5 MiB through the frontend and 5 MiB from a drive over a 10 MiB/s link took %s, want %s", got, want)
+	}
+	fw, ok := front.(FUAWriter)
+	if !ok {
+		t.Fatal("the link-charged frontend lost FUAWriter")
+	}
+	start := clk.now
+	if _, err := fw.WriteAtFUA(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := clk.now.Sub(start), 100*time.Millisecond; got != want {
+		t.Errorf("a 1 MiB FUA write through the frontend took %s of a 10 MiB/s link, want %s", got, want)
+	}
+	if d := NewMem(1<<20, 4096); LinkCharged(d, clk, nil) != d {
+		t.Error("without a link model the frontend device is wrapped anyway")
+	}
+}

@@ -89,6 +89,21 @@ func (c *Config) ModelScale() float64 {
 // (scaled; 0: no link model), the profile's source, and whether the
 // drive has a model at all.
 func (c *Config) DriveModelOf(drive string) (fig DriveFigures, linkBytesPerS float64, source string, ok bool) {
+	return c.DriveModelAt(drive, c.ModelScale())
+}
+
+// LinkOf is node's link rate at the scale in force (0: no link model).
+func (c *Config) LinkOf(node string) float64 {
+	n, ok := c.Node(node)
+	if !ok || n.Link == nil {
+		return 0
+	}
+	return float64(n.Link.BytesPerS) * c.ModelScale()
+}
+
+// DriveModelAt is DriveModelOf at scale s instead of the scale in force
+// (validate's start-up calibration weighs candidate scales with it).
+func (c *Config) DriveModelAt(drive string, s float64) (fig DriveFigures, linkBytesPerS float64, source string, ok bool) {
 	for _, n := range c.Nodes {
 		for _, d := range n.Drives {
 			if d.Name != drive || d.Model == nil {
@@ -98,7 +113,6 @@ func (c *Config) DriveModelOf(drive string) (fig DriveFigures, linkBytesPerS flo
 			if err != nil {
 				return DriveFigures{}, 0, "", false // Validate reported it
 			}
-			s := c.ModelScale()
 			fig.ReadBytesPerS *= s
 			fig.WriteBytesPerS *= s
 			fig.ReadIOPS *= s

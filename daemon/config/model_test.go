@@ -65,3 +65,25 @@ func TestDriveModelProblems(t *testing.T) {
 		t.Errorf("model on a real device accepted:\n%s", got)
 	}
 }
+
+// TestLinkOfAndModelAt: a node's link at the scale in force (the frontend
+// charges it, issue 17), none for a node without one; a drive's model at
+// a candidate scale (the start-up calibration) regardless of the scale in
+// force.
+func TestLinkOfAndModelAt(t *testing.T) {
+	t.Setenv(EnvModelScale, "")
+	c, err := Parse("site.yaml", []byte(modelSite))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.LinkOf("A"), 1000*(1<<20)*0.001; got != want {
+		t.Errorf("LinkOf(A) = %v, want %v", got, want)
+	}
+	if got := c.LinkOf("Z"); got != 0 {
+		t.Errorf("LinkOf(unknown node) = %v, want 0", got)
+	}
+	f, link, _, ok := c.DriveModelAt("A1", 0.5)
+	if !ok || f.ReadIOPS != 500_000 || link != 500*(1<<20) {
+		t.Errorf("DriveModelAt(A1, 0.5) = %+v, link %v, %v; want half the profile", f, link, ok)
+	}
+}
