@@ -1,0 +1,345 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"tier0/daemon/blockdev"
+	"tier0/daemon/cluster"
+	"tier0/daemon/raid"
+)
+
+// doRepair brings a member back: a delta resync (ReAdd) or a full rebuild
+// (Replace). It is tied to a.Epoch, the epoch of the decision: it is
+// refused unless the array runs here under that epoch and the store names
+// this node owner at it, and every refusal or failure is reported to the
+// coordinator (repair-failed, with the reason), which retries with backoff.
+func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
+	kind := map[bool]string{false: "resync", true: "rebuild"}[full]
+	s := n.served(a.Array)
+	if s == nil {
+		return
+	}
+	fail := func(reason string) {
+		n.log.Warn("repair refused", "array", a.Array, "member", a.Member, "kind", kind, "epoch", a.Epoch, "reason", reason)
+		n.sendReport(report{Kind: "repair-failed", Array: a.Array, Member: a.Member, Epoch: a.Epoch, Reason: kind + " of " + a.Member + ": " + reason})
+	}
+	i := s.role(a.Member)
+	if i < 0 {
+		fail(fmt.Sprintf("drive %s is not a member of array %s (members %v)", a.Member, a.Array, s.cfg.Members))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n.isFenced() {
+		fail("this node has fenced itself (lease lost)")
+		return
+	}
+	if s.array == nil && !s.arrayFailed() {
+		fail("the array is not running on this node")
+		n.notServing(a.Array, kind+" of "+a.Member)
+		return
+	}
+	if s.epoch != a.Epoch && !legacyStaleRepair.Load() {
+		fail(fmt.Sprintf("ordered at epoch %d but the array runs here under epoch %d", a.Epoch, s.epoch))
+		return
+	}
+	if own, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil && !legacyStaleRepair.Load() {
+		if n.newerOwner(own, s.epoch) {
+			// Superseded: stop acting as owner of this array at once.
+			s.stopLocked(true)
+			if own.Owner != "" {
+				n.sendReport(report{Kind: "ownership-lost", Array: a.Array, Epoch: a.Epoch, Winner: own.Owner, WinnerEpoch: own.Epoch})
+			}
+		}
+		fail(err.Error())
+		return
+	}
+	if s.arrayFailed() {
+		// A failed array comes back by a fresh assembly from its members
+		// (those that failed with it are current), not member by member.
+		why := s.failReason()
+		if err := s.assembleLocked(ctx, a.Epoch, nil); err != nil {
+			fail("the array failed (" + why + ") and re-assembling it from its members failed: " + err.Error())
+			return
+		}
+		n.log.Info("failed array re-assembled", "array", a.Array, "epoch", a.Epoch)
+		n.sendReport(report{Kind: "assembled", Array: a.Array, Epoch: a.Epoch})
+		n.recordEvent("array-recovered", a.Array, a.Epoch, "re-assembled from its members after: "+why)
+	}
+	// The RAID engine's view of the member decides, not only the record
+	// of a repair started here: a repair whose member was lost again
+	// before it ended left that record behind (nemesis seed 411: "repair
+	// already running" for ever).
+	st := s.array.Status()
+	state := ""
+	if i < len(st.Members) {
+		state = st.Members[i].State
+	}
+	switch k, ok := s.pending[i]; {
+	case state == "active":
+		delete(s.pending, i)
+		n.sendReport(report{Kind: kind + "-done", Array: a.Array, Member: a.Member, Epoch: s.epoch})
+		return
+	case state == "rebuilding" && full && k != "rebuild":
+		// A full rebuild is asked for (the drive was replaced) while the
+		// member resyncs from its old contents: that resync is void.
+		if err := s.array.FailMember(i, "replaced: rebuilt in full"); err != nil {
+			fail(err.Error())
+			return
+		}
+		delete(s.pending, i)
+	case state == "rebuilding":
+		// Running, or stopped on stripes that lack data: its member and
+		// connection stay (closing them would fail the member); queue it
+		// again, it ends with a done or failed report.
+		if !ok {
+			k = kind
+			s.pending[i] = kind
+		}
+		if err := s.array.Resume(i); err != nil {
+			delete(s.pending, i)
+			fail(err.Error())
+			return
+		}
+		n.log.Info("repair already running", "array", a.Array, "member", a.Member, "kind", k)
+		return
+	case ok:
+		n.log.Warn("the repair started earlier ended without a report (its member was lost again); starting it again",
+			"array", a.Array, "member", a.Member, "kind", k, "state", state, "reason", st.Members[i].Reason)
+		delete(s.pending, i)
+	}
+	s.dropMember(i)
+	c, ns, err := n.importMember(ctx, a.Array, a.Member)
+	if err == nil {
+		if err = n.fenceMember(ns, a.Member, s.epoch); err != nil {
+			c.Close()
+		}
+	}
+	var se *SupersededError
+	if errors.As(err, &se) {
+		s.supersededLocked(a.Epoch, se)
+		fail(se.Error())
+		return
+	}
+	if err != nil {
+		fail("member not reachable yet: " + err.Error())
+		return
+	}
+	s.members[i], s.ctrls[i] = ns, c
+	if full {
+		err = s.array.Replace(i, ns)
+	} else {
+		err = s.array.ReAdd(i, ns)
+	}
+	if err != nil {
+		s.dropMember(i)
+		fail(err.Error())
+		return
+	}
+	s.pending[i] = kind
+	n.log.Info("repair started", "array", a.Array, "member", a.Member, "full", full, "epoch", a.Epoch)
+}
+
+// onEvent receives the RAID engine's events (from its goroutines: it must
+// not block or call into the array).
+func (s *served) onEvent(ev raid.Event) {
+	member := ""
+	if ev.Member >= 0 && ev.Member < len(s.cfg.Members) {
+		member = s.cfg.Members[ev.Member]
+	}
+	switch ev.Kind {
+	case raid.ResyncDone, raid.RebuildDone:
+		s.n.goBG(func() {
+			s.mu.Lock()
+			kind := s.pending[ev.Member]
+			delete(s.pending, ev.Member)
+			s.mu.Unlock()
+			r := "rebuild-done"
+			if kind == "resync" || (kind == "" && ev.Kind == raid.ResyncDone) {
+				r = "resync-done"
+			}
+			s.mu.Lock()
+			epoch := s.epoch
+			s.mu.Unlock()
+			if member != "" {
+				s.n.sendReport(report{Kind: r, Array: s.cfg.Name, Member: member, Epoch: epoch})
+			}
+		})
+	case raid.RebuildProgress, raid.ResyncProgress:
+		if member != "" && ev.Total > 0 {
+			pct := int(ev.Done * 100 / ev.Total)
+			s.n.goBG(func() {
+				s.mu.Lock()
+				epoch := s.epoch
+				s.mu.Unlock()
+				s.n.sendReport(report{Kind: "progress", Array: s.cfg.Name, Member: member, Percent: pct, Epoch: epoch})
+			})
+		}
+	case raid.Fenced:
+		// A member refused our writes: another node owns the array now.
+		s.n.goBG(func() {
+			s.n.log.Warn("array fenced by a newer owner; stopping it", "array", s.cfg.Name)
+			s.stop(true)
+		})
+	case raid.MemberFailed:
+		s.n.log.Warn("member failed", "array", s.cfg.Name, "member", member, "reason", ev.Reason)
+	case raid.ArrayFailed:
+		// More members lost than the parity: stop serving at once with the
+		// reason (gate first, from this goroutine; it takes no lock), then
+		// tell the coordinator. The array is re-assembled from its members
+		// when they return (Assemble, Resync, or the owner's own retry).
+		reason := ev.Reason
+		if reason == "" {
+			reason = "more members failed than the RAID level tolerates"
+		}
+		s.failure.Store(&reason)
+		s.gate.block(fmt.Errorf("array %s failed on node %s: %s; it is served again once enough members return: %w", s.cfg.Name, s.n.me.Name, reason, blockdev.ErrNoPath))
+		epoch := s.runEpoch.Load()
+		s.n.goBG(func() {
+			s.markFailed(reason)
+			s.n.log.Error("array failed: stopped serving it", "array", s.cfg.Name, "epoch", epoch, "reason", reason)
+			s.n.sendReport(report{Kind: "array-failed", Array: s.cfg.Name, Epoch: epoch, Reason: reason})
+			s.n.recordEvent("array-failed", s.cfg.Name, epoch, reason)
+		})
+	case raid.ScrubStarted, raid.ScrubMismatch, raid.ScrubDone:
+		s.onScrubEvent(ev)
+	case raid.TaskFailed:
+		s.onTaskFailed(ev, member)
+	case raid.StripesUnavailable:
+		// Not an array failure: stripes that lack data fail their I/O, the
+		// rest is served; say so where people look.
+		epoch := s.runEpoch.Load()
+		s.n.goBG(func() {
+			msg := fmt.Sprintf("%d stripes unavailable: %s", ev.Count, ev.Reason)
+			if ev.Count == 0 {
+				msg = "every stripe available again"
+			}
+			s.n.log.Warn(msg, "array", s.cfg.Name, "member", member)
+			s.n.recordEvent("stripes-unavailable", s.cfg.Name, epoch, msg)
+		})
+	}
+}
+
+func (s *served) onTaskFailed(ev raid.Event, member string) {
+	if ev.Member < 0 && strings.HasPrefix(ev.Reason, "scrub") {
+		s.onScrubEvent(ev)
+		return
+	}
+	epoch := s.runEpoch.Load()
+	s.n.goBG(func() {
+		s.mu.Lock()
+		kind := ""
+		if ev.Member >= 0 {
+			kind = s.pending[ev.Member]
+			delete(s.pending, ev.Member)
+		}
+		s.mu.Unlock()
+		s.n.log.Warn("background task failed", "array", s.cfg.Name, "member", member, "reason", ev.Reason)
+		if kind != "" && member != "" {
+			s.n.sendReport(report{Kind: "repair-failed", Array: s.cfg.Name, Member: member, Epoch: epoch, Reason: kind + " of " + member + " failed: " + ev.Reason})
+		}
+		s.n.recordEvent("task-failed", s.cfg.Name, epoch, ev.Reason)
+	})
+}
+
+// doFailMember fails a member of a running array on the operator's word,
+// under the epoch the request was made at.
+func (n *Node) doFailMember(ctx context.Context, a failMember) {
+	s := n.served(a.Array)
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.role(a.Member)
+	if s.array == nil || i < 0 {
+		return
+	}
+	if s.epoch != a.Epoch {
+		n.log.Warn("fail member refused: ordered for another epoch", "array", a.Array, "member", a.Member, "asked", a.Epoch, "running", s.epoch)
+		return
+	}
+	if _, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil {
+		n.log.Warn("fail member refused", "array", a.Array, "member", a.Member, "err", err)
+		return
+	}
+	if err := s.array.FailMember(i, "failed by the operator"); err != nil {
+		n.log.Warn("fail member", "array", a.Array, "member", a.Member, "err", err)
+		return
+	}
+	delete(s.pending, i)
+	s.dropMember(i)
+	n.log.Info("member failed by the operator", "array", a.Array, "member", a.Member)
+}
+
+// readdMissingLocked re-adds the members that the RAID engine holds as
+// missing (they stopped answering, or were away at the assembly) once
+// they answer again, under a resync (ReAdd): the coordinator orders a
+// resync only for a member whose node it saw go and return, not for one
+// behind a stalled or partitioned link while its node stayed up (nemesis
+// seed 201: an array re-assembled with a member away stayed degraded
+// with stripes lacking data). Caller holds s.mu; members not reachable
+// yet are tried again on the next call.
+func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
+	if s.array == nil || s.epoch == 0 {
+		return
+	}
+	st := s.array.Status()
+	var want []int
+	for i, ms := range st.Members {
+		if _, busy := s.pending[i]; ms.State == "missing" && !busy && i < len(s.cfg.Members) {
+			want = append(want, i)
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	if _, err := n.ownsAt(ctx, s.cfg.Name, s.epoch); err != nil {
+		return
+	}
+	// A drive the coordinator holds failed or replaced (the operator's
+	// word) is its to repair, by a full rebuild: not re-added here.
+	decided := map[string]cluster.MemberState{}
+	if v, err := n.view(ctx); err == nil {
+		for _, av := range v.Arrays {
+			if av.Name == s.cfg.Name {
+				for _, mv := range av.Members {
+					decided[mv.Drive] = mv.State
+				}
+			}
+		}
+	}
+	for _, i := range want {
+		drive := s.cfg.Members[i]
+		if st := decided[drive]; st == cluster.MemberDriveFailed || st == cluster.MemberReplaced || st == cluster.MemberRebuilding {
+			continue
+		}
+		s.dropMember(i)
+		c, ns, err := n.importMember(ctx, s.cfg.Name, drive)
+		if err == nil {
+			if err = n.fenceMember(ns, drive, s.epoch); err != nil {
+				c.Close()
+			}
+		}
+		var se *SupersededError
+		if errors.As(err, &se) {
+			s.supersededLocked(s.epoch, se)
+			return
+		}
+		if err != nil {
+			n.log.Debug("missing member not reachable yet", "array", s.cfg.Name, "member", drive, "err", err)
+			continue
+		}
+		s.members[i], s.ctrls[i] = ns, c
+		if err := s.array.ReAdd(i, ns); err != nil {
+			s.dropMember(i)
+			n.log.Info("missing member reachable again but not re-added", "array", s.cfg.Name, "member", drive, "err", err)
+			continue
+		}
+		s.pending[i] = "resync"
+		n.log.Info("missing member reachable again: resync started", "array", s.cfg.Name, "member", drive, "epoch", s.epoch)
+	}
+}
