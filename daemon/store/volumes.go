@@ -103,6 +103,10 @@ type Pool struct {
 	Name      string   `json:"name"`
 	Capacity  int64    `json:"capacity"`
 	BlockSize int      `json:"block_size"`
+	// SubNQN is the pool's frontend subsystem: a dropped volume's
+	// reservation state (Reservations' keys) goes with it, so that a
+	// volume given its NSID later starts with none.
+	SubNQN string `json:"subnqn"`
 	Volumes   []Volume `json:"volumes"`
 	// Revision is the key's ModRevision (0: no record, the implicit
 	// volume); not stored.
@@ -260,6 +264,7 @@ func (vs *Volumes) Find(ctx context.Context, name string) (Pool, *Volume, error)
 // must be absent) and to delete.
 type change struct {
 	create, drop []string
+	dropNSID     uint32 // a dropped volume's NSID: its reservation keys go
 }
 
 // update applies f to the pool's current table and stores the result by
@@ -289,6 +294,10 @@ func (vs *Volumes) update(ctx context.Context, pool string, f func(p *Pool) (cha
 		}
 		for _, n := range ch.drop {
 			ops = append(ops, clientv3.OpDelete(vs.nameKey(n)))
+		}
+		if ch.dropNSID != 0 && p.SubNQN != "" {
+			r := &Reservations{prefix: vs.prefix}
+			ops = append(ops, clientv3.OpDelete(r.key("resv", p.SubNQN, ch.dropNSID)), clientv3.OpDelete(r.key("resv-applied", p.SubNQN, ch.dropNSID)))
 		}
 		resp, err := vs.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
@@ -321,15 +330,18 @@ func randomID() string {
 // whole-array volume (named after the pool, NSID 1) is deleting: every node
 // removes NSID 1, and once all have, the pool's bytes are free for carved
 // volumes. capacity and bs are the array's (the same on every node).
-func (vs *Volumes) ReleaseImplicit(ctx context.Context, pool string, capacity int64, bs int) (Pool, error) {
+func (vs *Volumes) ReleaseImplicit(ctx context.Context, pool, subnqn string, capacity int64, bs int) (Pool, error) {
 	if capacity <= 0 || bs < 512 || capacity%int64(bs) != 0 {
 		return Pool{}, fmt.Errorf("pool %s: capacity %d / block size %d unusable: %w", pool, capacity, bs, ErrBadOptions)
+	}
+	if err := validResvName(subnqn, 1); err != nil {
+		return Pool{}, err
 	}
 	return vs.update(ctx, pool, func(p *Pool) (change, error) {
 		if p.Revision != 0 {
 			return change{}, fmt.Errorf("pool %s has no implicit volume any more (it holds %d carved volumes): %w", pool, len(p.Volumes), ErrConflict)
 		}
-		p.Capacity, p.BlockSize = capacity, bs
+		p.Capacity, p.BlockSize, p.SubNQN = capacity, bs, subnqn
 		p.Volumes = []Volume{{
 			Name: pool, Pool: pool, NSID: 1, Size: capacity, Extents: []Extent{{Off: 0, Len: capacity}},
 			State: VolumeDeleting, Implicit: true, Created: vs.now().UTC(),
@@ -482,13 +494,13 @@ func (vs *Volumes) Removed(ctx context.Context, pool, name, node string, nodes [
 				return change{}, nil
 			}
 		}
-		implicit := v.Implicit
+		implicit, nsid := v.Implicit, v.NSID
 		p.Volumes = slices.Delete(p.Volumes, i, i+1)
 		dropped = true
 		if implicit {
-			return change{}, nil
+			return change{dropNSID: nsid}, nil
 		}
-		return change{drop: []string{name}}, nil
+		return change{drop: []string{name}, dropNSID: nsid}, nil
 	})
 	return dropped, err
 }

@@ -9,6 +9,7 @@ import (
 )
 
 const (
+	testNQN     = "nqn.2026-01.io.tier0:c:array-a"
 	testPoolCap = 1 << 30
 	testBS      = 4096
 )
@@ -26,10 +27,10 @@ func TestVolumesLifecycle(t *testing.T) {
 	if _, err := vs.Create(ctx, "a", "v1", 1<<20, nil); !errors.Is(err, ErrImplicit) {
 		t.Fatalf("create on a pool serving its implicit volume: %v, want ErrImplicit", err)
 	}
-	if _, err := vs.ReleaseImplicit(ctx, "a", testPoolCap, testBS); err != nil {
+	if _, err := vs.ReleaseImplicit(ctx, "a", testNQN, testPoolCap, testBS); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := vs.ReleaseImplicit(ctx, "a", testPoolCap, testBS); !errors.Is(err, ErrConflict) {
+	if _, err := vs.ReleaseImplicit(ctx, "a", testNQN, testPoolCap, testBS); !errors.Is(err, ErrConflict) {
 		t.Fatalf("second release: %v, want ErrConflict", err)
 	}
 	if _, err := vs.Create(ctx, "a", "v1", 1<<20, nil); !errors.Is(err, ErrImplicit) {
@@ -92,8 +93,15 @@ func TestVolumesLifecycle(t *testing.T) {
 	if err != nil || v3.NSID == 2 || v3.Pending[0].Off < 4<<20 {
 		t.Fatalf("v3 took v2's NSID or bytes while n1 still serves v2: %+v %v", v3, err)
 	}
+	rs := NewReservations(stores[0].Client(), "/tier0/c/")
+	if _, err := rs.CompareAndSwap(ctx, testNQN, 2, 0, []byte(`{"generation":1}`)); err != nil {
+		t.Fatal(err)
+	}
 	if dropped, err := vs.Removed(ctx, "a", "v2", "n1", nodes); err != nil || !dropped {
 		t.Fatalf("last removal: %v %v", dropped, err)
+	}
+	if rec, err := rs.Get(ctx, testNQN, 2); err != nil || rec.Value != nil {
+		t.Fatalf("v2's reservation state outlived it (the next NSID 2 would inherit it): %+v %v", rec, err)
 	}
 	if _, _, err := vs.Find(ctx, "v2"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("v2 after its drop: %v", err)
@@ -109,7 +117,7 @@ func TestVolumesLifecycle(t *testing.T) {
 func TestVolumesConcurrentAdmins(t *testing.T) {
 	stores, _, _ := openCluster(t, 1)
 	ctx := ctxT(t)
-	if _, err := NewVolumes(stores[0].Client(), "/tier0/c/").ReleaseImplicit(ctx, "a", testPoolCap, testBS); err != nil {
+	if _, err := NewVolumes(stores[0].Client(), "/tier0/c/").ReleaseImplicit(ctx, "a", testNQN, testPoolCap, testBS); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := NewVolumes(stores[0].Client(), "/tier0/c/").Removed(ctx, "a", "a", "n1", []string{"n1"}); err != nil {
