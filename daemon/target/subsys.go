@@ -284,6 +284,34 @@ func (t *Target) RemoveNamespace(subnqn string, nsid uint32) error {
 	return nil
 }
 
+// ResizeNamespace tells the hosts that a namespace's device changed its
+// size (grown by its owner; Identify Namespace reports the device's size
+// at each call): each connected controller gets the namespace-attribute-
+// changed notice with nsid in its Changed Namespace List log, upon which a
+// host re-reads NSZE/NCAP. The new size must be a whole number of blocks.
+func (t *Target) ResizeNamespace(subnqn string, nsid uint32) error {
+	s, err := t.lookup(subnqn)
+	if err != nil {
+		return err
+	}
+	s.mu.RLock()
+	ns, ok := s.ns[nsid]
+	ctrls := s.ctrlsLocked()
+	s.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("namespace %d of %s: %w", nsid, subnqn, ErrNotFound)
+	}
+	size := ns.dev.Size()
+	if size < int64(ns.bs) || size%int64(ns.bs) != 0 {
+		return fmt.Errorf("namespace %d of %s: device size %d is not a positive multiple of its block size %d: %w", nsid, subnqn, size, ns.bs, ErrInvalid)
+	}
+	for _, c := range ctrls {
+		c.nsChanged(nsid)
+	}
+	t.log.Info("namespace resized", "subnqn", subnqn, "nsid", nsid, "size", size)
+	return nil
+}
+
 // SetANAState sets the state of an ANA group of a subsystem on this target
 // and sends an ANA-change asynchronous event to every connected controller.
 func (t *Target) SetANAState(subnqn string, group uint32, state nvme.ANAState) error {
