@@ -58,6 +58,20 @@ func newLocalCluster(cfg *config.Config, bin, site, work string, log *slog.Logge
 	}
 }
 
+// setEnv sets key=value in the environment of every tier0d started from
+// now on.
+func (lc *localCluster) setEnv(key, value string) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	env := make([]string, 0, len(lc.env)+1)
+	for _, kv := range lc.env {
+		if !strings.HasPrefix(kv, key+"=") {
+			env = append(env, kv)
+		}
+	}
+	lc.env = append(env, key+"="+value)
+}
+
 // workPaths are the files and folders a local run of cfg creates under its
 // work directory: drive files, the etcd data, node state and logs. Only
 // these are removed, never the whole work directory, so that a work

@@ -24,7 +24,7 @@ func modelInfo(cfg *config.Config, local bool) *bench.ModelInfo {
 				Drive: bench.DriveFigures{ReadBytesPerS: f.ReadBytesPerS, WriteBytesPerS: f.WriteBytesPerS, ReadIOPS: f.ReadIOPS, WriteIOPS: f.WriteIOPS,
 					ReadLatNs: f.ReadLatency.Nanoseconds(), WriteLatNs: f.WriteLatency.Nanoseconds()},
 				LinkBytesPerS: link,
-				How:           "tier0d opens every drive through the model (bandwidth, IOPS and a latency floor per direction; the node's link charged for its drives' bytes), and so does the raw bench; the NVMe/TCP sockets are not shaped, so frontend bytes are not charged to a link",
+				How:           "tier0d opens every drive through the model (bandwidth, IOPS and a latency floor per direction), and so does the raw bench; each node's link is charged for its drives' bytes and for the bytes its frontend serves",
 			}
 		}
 	}

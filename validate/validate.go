@@ -177,6 +177,12 @@ type runner struct {
 	// cpu watches this process and the tier0d processes for the CPU cost
 	// of each measurement.
 	cpu *bench.CPUWatch
+	// scaleGiven: the model's scale was fixed by --model-scale or
+	// TIER0_MODEL_SCALE, so it is not calibrated.
+	scaleGiven bool
+	// measureScale is the calibration's measurement (nil: calibrationRun;
+	// tests inject a fake).
+	measureScale measureFunc
 }
 
 // Run performs the validation. The returned Report is non-nil whenever
@@ -287,6 +293,7 @@ func (r *runner) setup() error {
 		}
 		os.Setenv("TIER0_WORK", abs)
 	}
+	r.scaleGiven = o.ModelScale != 0 || os.Getenv(config.EnvModelScale) != ""
 	if o.ModelScale != 0 {
 		if o.ModelScale < 0 || o.ModelScale > 1 {
 			return fmt.Errorf("%w: --model-scale %g: expected a factor in (0, 1]", ErrSetup, o.ModelScale)
@@ -470,6 +477,9 @@ func (r *runner) teardown() []string {
 // run cannot go on; the checks say what happened.
 func (r *runner) steps() error {
 	if r.o.Local {
+		// The scale first: the raw bench and the cluster run at the one
+		// chosen.
+		r.calibrate()
 		if err := r.rawBench(); err != nil {
 			return r.stop(err)
 		}
