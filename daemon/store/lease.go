@@ -3,11 +3,13 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -72,19 +74,36 @@ func (s *Store) Register(ctx context.Context, info NodeInfo, ttl, margin time.Du
 	if info.Started.IsZero() {
 		info.Started = s.now()
 	}
-	sent := s.now()
-	g, err := s.cli.Grant(ctx, int64(ttl/time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("grant lease for node %q: %w", info.Node, err)
-	}
-	gttl := time.Duration(g.TTL) * time.Second
-	info.TTL = gttl
-	v, _ := json.Marshal(info)
-	// The same put may be repeated on another member: it is idempotent.
-	if _, err := onEndpoints(ctx, s, grantTry, func(c context.Context, e *endpoint) (*clientv3.PutResponse, error) {
-		return e.kv.Put(c, s.key("nodes", info.Node), string(v), clientv3.WithLease(g.ID))
-	}); err != nil {
-		return nil, fmt.Errorf("register node %q: %w", info.Node, err)
+	var (
+		sent time.Time
+		g    *clientv3.LeaseGrantResponse
+		gttl time.Duration
+		v    []byte
+	)
+	for {
+		sent = s.now()
+		var err error
+		g, err = s.cli.Grant(ctx, int64(ttl/time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("grant lease for node %q: %w", info.Node, err)
+		}
+		gttl = time.Duration(g.TTL) * time.Second
+		info.TTL = gttl
+		v, _ = json.Marshal(info)
+		// The same put may be repeated on another member: it is idempotent.
+		_, err = onEndpoints(ctx, s, grantTry, func(c context.Context, e *endpoint) (*clientv3.PutResponse, error) {
+			return e.kv.Put(c, s.key("nodes", info.Node), string(v), clientv3.WithLease(g.ID))
+		})
+		if err == nil {
+			break
+		}
+		// A loaded store can take longer than the TTL to answer the put
+		// (a try that timed out is applied later, its retry finds the lease
+		// expired): nothing renewed the lease yet, so grant another.
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) || ctx.Err() != nil {
+			return nil, fmt.Errorf("register node %q: %w", info.Node, err)
+		}
+		s.log.Warn("lease ended before the node's key was put under it; granting another", "node", info.Node, "lease", fmt.Sprintf("%x", int64(g.ID)), "took", s.now().Sub(sent))
 	}
 	s.nodeTTL.Store(int64(gttl))
 	l := &Liveness{s: s, node: info.Node, ttl: gttl}

@@ -4,18 +4,23 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // stallProxy forwards TCP connections to an etcd member and can hold every
 // byte in both directions for a while: the store, seen from one client,
-// answering nothing and then everything at once.
+// answering nothing and then everything at once. stallReplies holds only
+// the member's answers (its requests still arrive and are applied).
 type stallProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	flow   chan struct{} // closed while bytes flow
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	flow    chan struct{} // closed while bytes flow to the member
+	replies chan struct{} // closed while bytes flow from the member
 }
 
 func newStallProxy(t *testing.T, target string) *stallProxy {
@@ -24,8 +29,9 @@ func newStallProxy(t *testing.T, target string) *stallProxy {
 	if err != nil {
 		t.Fatalf("proxy listener: %v", err)
 	}
-	p := &stallProxy{ln: ln, target: strings.TrimPrefix(target, "http://"), flow: make(chan struct{})}
+	p := &stallProxy{ln: ln, target: strings.TrimPrefix(target, "http://"), flow: make(chan struct{}), replies: make(chan struct{})}
 	close(p.flow)
+	close(p.replies)
 	t.Cleanup(func() { p.release(); ln.Close() })
 	go func() {
 		for {
@@ -41,25 +47,37 @@ func newStallProxy(t *testing.T, target string) *stallProxy {
 
 func (p *stallProxy) url() string { return "http://" + p.ln.Addr().String() }
 
-func (p *stallProxy) gate() <-chan struct{} {
+func (p *stallProxy) gate(toMember bool) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.flow
+	if toMember {
+		return p.flow
+	}
+	return p.replies
 }
 
 func (p *stallProxy) stall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.flow = make(chan struct{})
+	p.replies = make(chan struct{})
+}
+
+func (p *stallProxy) stallReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.replies = make(chan struct{})
 }
 
 func (p *stallProxy) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.flow:
-	default:
-		close(p.flow)
+	for _, c := range []chan struct{}{p.flow, p.replies} {
+		select {
+		case <-c:
+		default:
+			close(c)
+		}
 	}
 }
 
@@ -69,14 +87,14 @@ func (p *stallProxy) serve(c net.Conn) {
 		c.Close()
 		return
 	}
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst, src net.Conn, toMember bool) {
 		defer dst.Close()
 		defer src.Close()
 		buf := make([]byte, 32<<10)
 		for {
 			k, err := src.Read(buf)
 			if k > 0 {
-				<-p.gate()
+				<-p.gate(toMember)
 				if _, werr := dst.Write(buf[:k]); werr != nil {
 					return
 				}
@@ -86,8 +104,8 @@ func (p *stallProxy) serve(c net.Conn) {
 			}
 		}
 	}
-	go pipe(u, c)
-	pipe(c, u)
+	go pipe(u, c, true)
+	pipe(c, u, false)
 }
 
 // TestRevokeSeenLateKeepsLease: the store revokes a node's lease and the
@@ -139,5 +157,85 @@ func TestRevokeSeenLateKeepsLease(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// TestRegisterWhoseLeaseEndsBeforeItsKeyIsPut: the lease Register grants
+// is gone by the time its key is put — on a loaded store the put's first
+// try timed out (it was applied later) and its retry came after the 3 s
+// lease had expired, nothing renewing it yet (a CI run of
+// TestLeaseSurvivesFrozenMember: `register node "node2": etcdserver:
+// requested lease not found`). Here the member's answer to the grant is
+// held until the lease is revoked. Register grants another lease and
+// publishes the node under it, as it would have with a faster store.
+func TestRegisterWhoseLeaseEndsBeforeItsKeyIsPut(t *testing.T) {
+	st, ps, _ := openCluster(t, 1)
+	s := st[0]
+	ctx := ctxT(t)
+	p := newStallProxy(t, ps[0].ClientURL)
+	var armed atomic.Bool
+	now := func() time.Time {
+		if armed.CompareAndSwap(true, false) {
+			p.stallReplies() // Register's first clock reading: before its grant
+		}
+		return time.Now()
+	}
+	ns, err := Open(ctx, Options{Name: "A", Endpoints: []string{p.url()}, StartTimeout: 10 * time.Second, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	// a lease granted and revoked through the proxy first: the
+	// connections Register uses are up before the answers are held
+	warm, err := ns.Client().Grant(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Client().Revoke(ctx, warm.ID); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Client().Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[clientv3.LeaseID]bool{}
+	for _, l := range before.Leases {
+		known[l.ID] = true
+	}
+	revoked := make(chan clientv3.LeaseID, 1)
+	go func() {
+		defer p.release()
+		for ctx.Err() == nil {
+			ls, err := s.Client().Leases(ctx)
+			if err == nil {
+				for _, l := range ls.Leases {
+					if !known[l.ID] {
+						if _, err := s.Client().Revoke(ctx, l.ID); err != nil {
+							t.Errorf("revoke the lease Register was granted (%x): %v", int64(l.ID), err)
+						}
+						revoked <- l.ID
+						return
+					}
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	armed.Store(true)
+	a, err := ns.Register(ctx, NodeInfo{Node: "A", Started: time.Now()}, 3*time.Second, 0)
+	if err != nil {
+		t.Fatalf("Register whose first lease was revoked before its key was put: %v; want it registered under a new lease", err)
+	}
+	defer a.Abandon()
+	old := <-revoked
+	if a.ID() == old {
+		t.Fatalf("registered under lease %x, which was revoked", int64(old))
+	}
+	resp, err := s.Client().Get(ctx, s.key("nodes", "A"))
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != a.ID() {
+		t.Fatalf("node key after Register: %v, %v; want it put under lease %x", resp, err, int64(a.ID()))
+	}
+	if !a.Held() {
+		t.Fatalf("lease %x not held after Register: %v", int64(a.ID()), a.Err())
 	}
 }
