@@ -53,6 +53,14 @@ type served struct {
 	// resv stores the hosts' reservations of the frontend namespace: the
 	// cluster store (resvstate.go); nil without a store (the target's own).
 	resv target.ReservationBackend
+
+	// volMu guards the namespaces served for the array's volumes
+	// (volumes.go): implicit is whether NSID 1 spanning the whole array is
+	// served (the pool has no volume records), vols the carved volumes'
+	// windows by NSID.
+	volMu    sync.Mutex
+	implicit bool
+	vols     map[uint32]*window
 }
 
 // markFailed records that the array lost more members than its parity and
@@ -272,14 +280,25 @@ func (n *Node) startFrontend(ctx context.Context) error {
 		if err := t.AddSubsystem(sc); err != nil {
 			return fmt.Errorf("frontend subsystem %s: %w", s.nqn, err)
 		}
-		if err := t.AddNamespace(s.nqn, target.NamespaceConfig{
-			NSID:     frontendNSID,
-			Device:   s.gate,
-			NGUID:    derive16("array", n.cfg.Cluster, a.Name),
-			UUID:     derive16("array-uuid", n.cfg.Cluster, a.Name),
-			ANAGroup: anaGroup,
-		}); err != nil {
-			return fmt.Errorf("frontend namespace of array %s: %w", a.Name, err)
+		// A pool with volume records serves its carved volumes (added by
+		// the first reconcile, volumes.go), never the implicit one again.
+		pool, err := n.poolRecord(ctx, a)
+		if err != nil {
+			return err
+		}
+		if pool.Revision == 0 {
+			if err := t.AddNamespace(s.nqn, target.NamespaceConfig{
+				NSID: frontendNSID,
+				// Under a local site's link model the frontend's bytes are
+				// charged to the node's link, like its drives' (docs/BENCH.md).
+				Device:   blockdev.LinkCharged(s.gate, nil, blockdev.SharedLink(n.cfg.Cluster+"/"+n.me.Name, n.cfg.LinkOf(n.me.Name))),
+				NGUID:    derive16("array", n.cfg.Cluster, a.Name),
+				UUID:     derive16("array-uuid", n.cfg.Cluster, a.Name),
+				ANAGroup: anaGroup,
+			}); err != nil {
+				return fmt.Errorf("frontend namespace of array %s: %w", a.Name, err)
+			}
+			s.implicit = true
 		}
 		n.arrays[a.Name] = s
 		n.arrayList = append(n.arrayList, s)
@@ -290,6 +309,7 @@ func (n *Node) startFrontend(ctx context.Context) error {
 	n.frontend = t
 	if n.st != nil {
 		go n.watchReservations(ctx, store.NewReservations(n.st.Client(), n.key()))
+		go n.watchVolumes(ctx)
 	}
 	return nil
 }
@@ -354,7 +374,7 @@ func (s *served) setANA(st nvme.ANAState) error {
 	if st == nvme.ANAOptimized {
 		// The hosts' reservations as the store has them, before the first
 		// command through this path; outside anaMu (a store read).
-		if err := s.syncReservation(); err != nil {
+		if err := s.syncReservations(); err != nil {
 			return fmt.Errorf("array %s: ANA optimized refused: %w", s.cfg.Name, err)
 		}
 	}
