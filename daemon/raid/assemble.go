@@ -42,14 +42,57 @@ func (e *AssembleError) Unwrap() error { return e.Err }
 // Assemble fails with ErrTooManyFailed. After an unclean stop it replays
 // the partial parity log and resyncs the dirty bitmap regions (in the
 // background).
+//
+// The steps, in order: read the superblocks, choose the newest one of the
+// wanted array as the reference, pick one current device per role, build
+// the members, load the bitmap, open the log (replaying it after an
+// unclean stop) and start the background tasks.
 func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Rejection, error) {
-	type cand struct {
-		slot int
-		dev  blockdev.Device
-		sb   *superblock
+	cands, rejected := readSuperblocks(members)
+	ref, err := chooseReference(cands, opts, len(members))
+	if err != nil {
+		return nil, rejected, withRejected(err, rejected)
 	}
+	g := geometryFromSB(ref)
+	byRole := pickMembers(ref, g, cands, &rejected)
+	a, err := newArray(g, ref, opts.Policy)
+	if err != nil {
+		return nil, rejected, err
+	}
+	a.sbt.Epoch = opts.Epoch
+	missing := a.buildMembers(ref, byRole)
+	for _, rj := range rejected {
+		a.emit(Event{Kind: MemberRejected, Member: rj.Role, Reason: rj.Reason})
+	}
+	if a.failedRoles() > g.Level.redundancy(g.Members) {
+		return nil, rejected, &AssembleError{Err: fmt.Errorf("array %s: %d of %d members usable, %s needs %d: %w", fmtUUID(ref.ArrayUUID),
+			g.Members-a.failedRoles(), g.Members, g.Level, g.Members-g.Level.redundancy(g.Members), ErrTooManyFailed), Rejected: rejected}
+	}
+	if err := a.loadBitmap(); err != nil {
+		return nil, rejected, err
+	}
+	clean := ref.Flags&flagClean != 0
+	if err := a.openLog(ref, clean); err != nil {
+		return nil, rejected, err
+	}
+	a.startAssembled(clean, missing)
+	a.log.Info("raid array assembled", "uuid", fmtUUID(a.uuid), "level", g.Level, "state", a.describe(), "clean", clean, "rejected", len(rejected))
+	return a, rejected, nil
+}
+
+// candidate is a device that Assemble found a superblock on.
+type candidate struct {
+	slot int
+	dev  blockdev.Device
+	sb   *superblock
+}
+
+// readSuperblocks reads the superblock of every device given (nil entries
+// are missing): the devices with one are candidates, the others rejected
+// (ErrNoSuperblock, or the I/O error that kept it from being read).
+func readSuperblocks(members []blockdev.Device) ([]candidate, []Rejection) {
 	var rejected []Rejection
-	var cands []cand
+	var cands []candidate
 	for i, d := range members {
 		if d == nil {
 			continue
@@ -63,167 +106,204 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 			rejected = append(rejected, Rejection{Slot: i, Role: -1, Reason: err.Error(), Err: e})
 			continue
 		}
-		cands = append(cands, cand{i, d, sb})
+		cands = append(cands, candidate{i, d, sb})
 	}
-	// The reference: the newest superblock of the wanted array.
-	var ref *superblock
-	for _, c := range cands {
+	return cands, rejected
+}
+
+// chooseReference picks the reference superblock: the newest (highest
+// event counter) of the wanted array (opts.UUID; any when zero). It
+// refuses an array assembled under a newer epoch than the caller holds
+// (ErrStaleEpoch), and one whose reference device is smaller than its
+// superblock describes (ErrMismatch). n is how many devices were given.
+// An *AssembleError it returns has no Rejected yet (see withRejected).
+func chooseReference(cands []candidate, opts AssembleOptions, n int) (*superblock, error) {
+	var ref *candidate
+	for i := range cands {
+		c := &cands[i]
 		if opts.UUID != ([16]byte{}) && c.sb.ArrayUUID != opts.UUID {
 			continue
 		}
-		if ref == nil || c.sb.Events > ref.Events {
-			ref = c.sb
+		if ref == nil || c.sb.Events > ref.sb.Events {
+			ref = c
 		}
 	}
 	if ref == nil {
-		return nil, rejected, &AssembleError{Err: fmt.Errorf("no member of array %s found among %d devices: %w", fmtUUID(opts.UUID), len(members), ErrTooManyFailed), Rejected: rejected}
+		return nil, &AssembleError{Err: fmt.Errorf("no member of array %s found among %d devices: %w", fmtUUID(opts.UUID), n, ErrTooManyFailed)}
 	}
-	if ref.Epoch > opts.Epoch {
-		return nil, rejected, fmt.Errorf("array %s was assembled under epoch %d, caller holds %d: %w", fmtUUID(ref.ArrayUUID), ref.Epoch, opts.Epoch, ErrStaleEpoch)
+	sb := ref.sb
+	if sb.Epoch > opts.Epoch {
+		return nil, fmt.Errorf("array %s was assembled under epoch %d, caller holds %d: %w", fmtUUID(sb.ArrayUUID), sb.Epoch, opts.Epoch, ErrStaleEpoch)
 	}
-	g := geometryFromSB(ref)
-	var refDev blockdev.Device
-	for _, c := range cands {
-		if c.sb == ref {
-			refDev = c.dev
-		}
+	if need := int64(sb.DataOffset) + int64(sb.Stripes)*int64(sb.ChunkSize); ref.dev.Size() < need {
+		return nil, &AssembleError{Err: fmt.Errorf("array %s: the newest superblock describes %d bytes per member, its device has %d: %w",
+			fmtUUID(sb.ArrayUUID), need, ref.dev.Size(), ErrMismatch)}
 	}
-	if need := int64(ref.DataOffset) + int64(ref.Stripes)*int64(ref.ChunkSize); refDev.Size() < need {
-		return nil, rejected, &AssembleError{Err: fmt.Errorf("array %s: the newest superblock describes %d bytes per member, its device has %d: %w",
-			fmtUUID(ref.ArrayUUID), need, refDev.Size(), ErrMismatch), Rejected: rejected}
+	return sb, nil
+}
+
+// withRejected fills in the rejected devices of an *AssembleError; other
+// errors are returned as they are.
+func withRejected(err error, rejected []Rejection) error {
+	if ae, ok := err.(*AssembleError); ok {
+		ae.Rejected = rejected
 	}
-	byRole := make([]*cand, g.Members)
+	return err
+}
+
+// pickMembers chooses, for each role, the candidate that is a current
+// member of the reference's array (same array, same geometry, role in
+// range, not failed or stale in the reference, device large enough; of
+// two for one role the newer). The others are appended to *rejected.
+func pickMembers(ref *superblock, g Geometry, cands []candidate, rejected *[]Rejection) []*candidate {
+	byRole := make([]*candidate, g.Members)
 	for i := range cands {
 		c := &cands[i]
-		rej := func(why string, e error) {
-			rejected = append(rejected, Rejection{Slot: c.slot, Role: int(c.sb.Role), Reason: why, Err: e})
-		}
-		if c.sb.ArrayUUID != ref.ArrayUUID {
-			rej(fmt.Sprintf("belongs to array %s, not %s", fmtUUID(c.sb.ArrayUUID), fmtUUID(ref.ArrayUUID)), ErrMismatch)
-			continue
-		}
-		if why := sameGeometry(ref, c.sb); why != "" {
-			rej(why, ErrMismatch)
+		if why, e := checkCandidate(ref, g, c); why != "" {
+			*rejected = append(*rejected, Rejection{Slot: c.slot, Role: int(c.sb.Role), Reason: why, Err: e})
 			continue
 		}
 		r := int(c.sb.Role)
-		if r >= g.Members {
-			rej(fmt.Sprintf("role %d out of range", r), ErrMismatch)
-			continue
-		}
-		if st := ref.RoleState[r]; st == roleFailed || st == roleEmpty {
-			rej(fmt.Sprintf("marked failed in the array's superblock (member event %d, array event %d); use ReAdd", c.sb.Events, ref.Events), ErrStale)
-			continue
-		}
-		if ref.RoleState[r] == roleMissing {
-			// It left unreachable, not failed: every write since is in
-			// the bitmap. Taken back below under a resync, if its own
-			// superblock is one of this array's (it never learnt that it
-			// went missing).
-			if own := c.sb.RoleState[r]; own != roleActive && own != roleRebuilding {
-				rej(fmt.Sprintf("missing in the array's superblock, but its own superblock says state %d (event %d): stale; use ReAdd", own, c.sb.Events), ErrStale)
-				continue
-			}
-		} else if ref.RoleState[r] == roleDown {
-			// It failed with the array: nothing was acknowledged after
-			// it left, so it is current if its own superblock is the
-			// one it had then.
-			if at := ref.Recovery[r]; c.sb.Events+1 < at || c.sb.RoleState[r] != roleActive {
-				rej(fmt.Sprintf("failed with the array at event %d, but its own superblock is at event %d (state %d): stale; use ReAdd", at, c.sb.Events, c.sb.RoleState[r]), ErrStale)
-				continue
-			}
-		} else if c.sb.Events+1 < ref.Events {
-			rej(fmt.Sprintf("stale: event counter %d, array is at %d; use ReAdd", c.sb.Events, ref.Events), ErrStale)
-			continue
-		}
-		if need := int64(c.sb.DataOffset) + int64(c.sb.Stripes)*int64(c.sb.ChunkSize); c.dev.Size() < need {
-			rej(fmt.Sprintf("device of %d bytes is smaller than the %d bytes its superblock describes", c.dev.Size(), need), ErrMismatch)
-			continue
-		}
 		if byRole[r] != nil {
 			old := byRole[r]
 			if old.sb.Events >= c.sb.Events {
-				rej(fmt.Sprintf("duplicate of role %d (device %d is newer)", r, old.slot), ErrStale)
+				*rejected = append(*rejected, Rejection{Slot: c.slot, Role: int(c.sb.Role), Reason: fmt.Sprintf("duplicate of role %d (device %d is newer)", r, old.slot), Err: ErrStale})
 				continue
 			}
-			rejected = append(rejected, Rejection{Slot: old.slot, Role: r, Reason: fmt.Sprintf("duplicate of role %d (device %d is newer)", r, c.slot), Err: ErrStale})
+			*rejected = append(*rejected, Rejection{Slot: old.slot, Role: r, Reason: fmt.Sprintf("duplicate of role %d (device %d is newer)", r, c.slot), Err: ErrStale})
 		}
 		byRole[r] = c
 	}
-	pol := opts.Policy
-	a, err := newArray(g, ref, pol)
-	if err != nil {
-		return nil, rejected, err
+	return byRole
+}
+
+// checkCandidate says why c cannot serve its role in the reference's
+// array ("" when it can), with the error that classes the reason
+// (ErrMismatch or ErrStale).
+func checkCandidate(ref *superblock, g Geometry, c *candidate) (string, error) {
+	if c.sb.ArrayUUID != ref.ArrayUUID {
+		return fmt.Sprintf("belongs to array %s, not %s", fmtUUID(c.sb.ArrayUUID), fmtUUID(ref.ArrayUUID)), ErrMismatch
 	}
-	a.sbt.Epoch = opts.Epoch
+	if why := sameGeometry(ref, c.sb); why != "" {
+		return why, ErrMismatch
+	}
+	r := int(c.sb.Role)
+	if r >= g.Members {
+		return fmt.Sprintf("role %d out of range", r), ErrMismatch
+	}
+	if st := ref.RoleState[r]; st == roleFailed || st == roleEmpty {
+		return fmt.Sprintf("marked failed in the array's superblock (member event %d, array event %d); use ReAdd", c.sb.Events, ref.Events), ErrStale
+	}
+	if ref.RoleState[r] == roleMissing {
+		// It left unreachable, not failed: every write since is in
+		// the bitmap. Taken back under a resync (buildMembers), if its
+		// own superblock is one of this array's (it never learnt that
+		// it went missing).
+		if own := c.sb.RoleState[r]; own != roleActive && own != roleRebuilding {
+			return fmt.Sprintf("missing in the array's superblock, but its own superblock says state %d (event %d): stale; use ReAdd", own, c.sb.Events), ErrStale
+		}
+	} else if ref.RoleState[r] == roleDown {
+		// It failed with the array: nothing was acknowledged after
+		// it left, so it is current if its own superblock is the
+		// one it had then.
+		if at := ref.Recovery[r]; c.sb.Events+1 < at || c.sb.RoleState[r] != roleActive {
+			return fmt.Sprintf("failed with the array at event %d, but its own superblock is at event %d (state %d): stale; use ReAdd", at, c.sb.Events, c.sb.RoleState[r]), ErrStale
+		}
+	} else if c.sb.Events+1 < ref.Events {
+		return fmt.Sprintf("stale: event counter %d, array is at %d; use ReAdd", c.sb.Events, ref.Events), ErrStale
+	}
+	if need := int64(c.sb.DataOffset) + int64(c.sb.Stripes)*int64(c.sb.ChunkSize); c.dev.Size() < need {
+		return fmt.Sprintf("device of %d bytes is smaller than the %d bytes its superblock describes", c.dev.Size(), need), ErrMismatch
+	}
+	return "", nil
+}
+
+// buildMembers sets up every role of the array from the device picked
+// for it (nil: missing) and the reference superblock's state for it. It
+// returns how many roles are missing or rebuilding.
+func (a *Array) buildMembers(ref *superblock, byRole []*candidate) int {
 	missing := 0
-	for r := 0; r < g.Members; r++ {
-		c := byRole[r]
-		m := &member{role: r, full: true}
-		if c == nil {
-			m.state.Store(uint32(roleFailed))
-			m.reason = "missing at assembly"
-			switch st := ref.RoleState[r]; st {
-			case roleActive, roleDown:
-				// Current when the array stopped: it misses only this
-				// run's writes, which the writers record (m.since), so a
-				// ReAdd catches up just those.
-				m.missing = true
-				m.downAt = ref.Events
-				if st == roleDown {
-					m.downAt = ref.Recovery[r]
-				}
-				if g.Level == RAID5 || g.Level == RAID6 {
-					m.since = newStripeSet(g.Stripes)
-				}
-			case roleRebuilding, roleMissing:
-				m.missing, m.missingFull = true, ref.RoleFull[r] != 0
-			default:
-				m.reason = "marked failed in the array's superblock and not there at assembly"
-			}
+	for r := 0; r < a.geo.Members; r++ {
+		m, absent := a.memberAtAssembly(ref, r, byRole[r])
+		if absent {
 			missing++
-		} else if ref.RoleState[r] == roleMissing {
-			m.dev = c.dev
-			m.state.Store(uint32(roleRebuilding))
-			m.full = ref.RoleFull[r] != 0 || c.sb.Events < ref.EventsCleared || c.sb.RoleState[r] == roleRebuilding && c.sb.RoleFull[r] != 0
-			a.log.Info("raid member taken back under a resync: it was unreachable, not failed", "uuid", fmtUUID(ref.ArrayUUID), "member", r,
-				"member-event", c.sb.Events, "full", m.full)
-			missing++
-		} else {
-			m.dev = c.dev
-			st := ref.RoleState[r]
-			if st == roleDown {
-				st = roleActive
-				a.log.Info("raid member taken back: it failed with the array, its data is current", "uuid", fmtUUID(ref.ArrayUUID), "member", r,
-					"member-event", c.sb.Events, "down-at", ref.Recovery[r])
-			}
-			m.state.Store(uint32(st))
-			if st == roleRebuilding {
-				m.full = ref.RoleFull[r] != 0
-				m.recovery.Store(int64(ref.Recovery[r]))
-				missing++
-			}
 		}
 		a.members[r].Store(m)
 	}
-	for _, rj := range rejected {
-		a.emit(Event{Kind: MemberRejected, Member: rj.Role, Reason: rj.Reason})
+	return missing
+}
+
+// memberAtAssembly is role r's member at assembly, from c (nil when no
+// device was picked for it); absent says it is missing or rebuilding.
+func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate) (m *member, absent bool) {
+	g := a.geo
+	m = &member{role: r, full: true}
+	if c == nil {
+		m.state.Store(uint32(roleFailed))
+		m.reason = "missing at assembly"
+		switch st := ref.RoleState[r]; st {
+		case roleActive, roleDown:
+			// Current when the array stopped: it misses only this
+			// run's writes, which the writers record (m.since), so a
+			// ReAdd catches up just those.
+			m.missing = true
+			m.downAt = ref.Events
+			if st == roleDown {
+				m.downAt = ref.Recovery[r]
+			}
+			if g.Level == RAID5 || g.Level == RAID6 {
+				m.since = newStripeSet(g.Stripes)
+			}
+		case roleRebuilding, roleMissing:
+			m.missing, m.missingFull = true, ref.RoleFull[r] != 0
+		default:
+			m.reason = "marked failed in the array's superblock and not there at assembly"
+		}
+		return m, true
 	}
-	if a.failedRoles() > g.Level.redundancy(g.Members) {
-		return nil, rejected, &AssembleError{Err: fmt.Errorf("array %s: %d of %d members usable, %s needs %d: %w", fmtUUID(ref.ArrayUUID),
-			g.Members-a.failedRoles(), g.Members, g.Level, g.Members-g.Level.redundancy(g.Members), ErrTooManyFailed), Rejected: rejected}
+	m.dev = c.dev
+	if ref.RoleState[r] == roleMissing {
+		m.state.Store(uint32(roleRebuilding))
+		m.full = ref.RoleFull[r] != 0 || c.sb.Events < ref.EventsCleared || c.sb.RoleState[r] == roleRebuilding && c.sb.RoleFull[r] != 0
+		a.log.Info("raid member taken back under a resync: it was unreachable, not failed", "uuid", fmtUUID(ref.ArrayUUID), "member", r,
+			"member-event", c.sb.Events, "full", m.full)
+		return m, true
 	}
-	// Load the bitmap (OR of every present member's copy).
+	st := ref.RoleState[r]
+	if st == roleDown {
+		st = roleActive
+		a.log.Info("raid member taken back: it failed with the array, its data is current", "uuid", fmtUUID(ref.ArrayUUID), "member", r,
+			"member-event", c.sb.Events, "down-at", ref.Recovery[r])
+	}
+	m.state.Store(uint32(st))
+	if st == roleRebuilding {
+		m.full = ref.RoleFull[r] != 0
+		m.recovery.Store(int64(ref.Recovery[r]))
+		return m, true
+	}
+	return m, false
+}
+
+// loadBitmap loads the write-intent bitmap (the OR of every present
+// member's copy) and gives each member under a delta resync its dirty
+// regions.
+func (a *Array) loadBitmap() error {
 	if err := a.bm.load(); err != nil {
-		return nil, rejected, err
+		return err
 	}
-	for r := 0; r < g.Members; r++ {
+	for r := 0; r < a.geo.Members; r++ {
 		if m := a.member(r); uint8(m.state.Load()) == roleRebuilding && !m.full {
 			m.dirty = a.bm.snapshot()
 		}
 	}
-	clean := ref.Flags&flagClean != 0
-	// Sequence numbers continue above anything ever logged.
+	return nil
+}
+
+// openLog marks the array in use (superblocks without the clean flag)
+// and continues the partial parity log's sequence numbers above anything
+// ever logged. After an unclean stop (clean false) it replays the log
+// from where it stood, flushes the members and persists the new tail.
+func (a *Array) openLog(ref *superblock, clean bool) error {
 	// Sequence numbers continue above anything ever logged; the tail
 	// stays where it was until the replay is done.
 	a.jl.nextSeq = max(ref.LogSeq, 1)
@@ -233,22 +313,32 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 	}
 	a.sbt.Flags &^= flagClean
 	if err := a.writeSuperblocks(); err != nil {
-		return nil, rejected, err
+		return err
 	}
 	a.dirtyOnSB.Store(true)
-	if !clean && a.logOn {
-		n, err := a.jl.replay(ref.LogTail, ref.LogSeq)
-		if err != nil {
-			return nil, rejected, fmt.Errorf("array %s: replaying the partial parity log: %w", fmtUUID(ref.ArrayUUID), err)
-		}
-		if err := a.flushMembers(); err != nil {
-			return nil, rejected, err
-		}
-		if err := a.writeSuperblocks(); err != nil { // persists the new log tail
-			return nil, rejected, err
-		}
-		a.emit(Event{Kind: LogReplayed, Member: -1, Count: int64(n)})
+	if clean || !a.logOn {
+		return nil
 	}
+	n, err := a.jl.replay(ref.LogTail, ref.LogSeq)
+	if err != nil {
+		return fmt.Errorf("array %s: replaying the partial parity log: %w", fmtUUID(ref.ArrayUUID), err)
+	}
+	if err := a.flushMembers(); err != nil {
+		return err
+	}
+	if err := a.writeSuperblocks(); err != nil { // persists the new log tail
+		return err
+	}
+	a.emit(Event{Kind: LogReplayed, Member: -1, Count: int64(n)})
+	return nil
+}
+
+// startAssembled starts the background tasks of a newly assembled array:
+// a rebuild for each rebuilding member, a resync after an unclean stop
+// or with dirty bitmap regions, and reports it degraded when missing
+// roles are missing or rebuilding.
+func (a *Array) startAssembled(clean bool, missing int) {
+	g := a.geo
 	a.bg.start()
 	for r := 0; r < g.Members; r++ {
 		if m := a.member(r); m != nil && uint8(m.state.Load()) == roleRebuilding {
@@ -262,6 +352,4 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 	if missing > 0 {
 		a.emit(Event{Kind: Degraded, Member: -1, Reason: fmt.Sprintf("%d member(s) missing or rebuilding at assembly", missing)})
 	}
-	a.log.Info("raid array assembled", "uuid", fmtUUID(a.uuid), "level", g.Level, "state", a.describe(), "clean", clean, "rejected", len(rejected))
-	return a, rejected, nil
 }
