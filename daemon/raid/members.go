@@ -19,6 +19,10 @@ type member struct {
 	reason   string
 	// lat: moving average of this member's request time in ns (fanout.go).
 	lat atomic.Int64
+	// late: requests abandoned at a deadline that have not ended yet
+	// (memberio.go, hedge.go); a member with one is not read to rebuild
+	// another member's late chunk.
+	late atomic.Int32
 	// missed: rebuilding after a ReAdd in the same run of the array, the
 	// stripes it must catch up (it then replaces dirty).
 	missed *stripeSet
