@@ -61,6 +61,9 @@ func (a *Array) readHedged(o mop, sp span) error {
 		o.m.lat.Store(l + (dl-l)/8)
 		return nil
 	case <-r.timer.C:
+		if !a.hedgeable(o.m) {
+			return a.waitLate(r, o, t0)
+		}
 		if !r.state.CompareAndSwap(reqRunning, reqAbandoned) {
 			if err := r.finish(o.buf, <-r.done); err != nil { // it ended just now
 				return a.do(o)
@@ -69,6 +72,7 @@ func (a *Array) readHedged(o mop, sp span) error {
 		}
 	}
 	// Abandoned: the request's goroutine owns r and its buffer now.
+	o.m.late.Add(1)
 	o.m.lat.Store(max(o.m.lat.Load(), int64(d)))
 	a.slowReads.Add(1)
 	err := a.readAround([]span{sp}, o.m)
@@ -76,4 +80,50 @@ func (a *Array) readHedged(o mop, sp span) error {
 		return a.do(o)
 	}
 	return err
+}
+
+// hedgeable reports whether a late read of slow may be rebuilt from the
+// other members: none of them has an abandoned request of its own still
+// running. A rebuild reads every other member of the stripe (RAID-5, and
+// RAID-6 through P), so reading around slow while another member is slow
+// too would only trade one wait for a longer one: a read that is merely
+// late on a healthy member (a busy node, a loaded host) would stall on
+// the member that is really slow.
+func (a *Array) hedgeable(slow *member) bool {
+	for r := range a.members {
+		if m := a.member(r); m != nil && m != slow && present(m) && m.late.Load() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// waitLate waits for r (the read o, past its hedge deadline) on its own
+// member, up to the I/O timeout when one is set; at that timeout the
+// request is abandoned and o takes the error path of an ordinary read
+// (its timeout fails the member).
+func (a *Array) waitLate(r *timedReq, o mop, t0 time.Time) error {
+	var err error
+	if a.pol.IOTimeout <= 0 {
+		err = <-r.done
+	} else {
+		r.timer.Reset(a.pol.IOTimeout)
+		select {
+		case err = <-r.done:
+			r.timer.Stop()
+		case <-r.timer.C:
+			if r.state.CompareAndSwap(reqRunning, reqAbandoned) {
+				o.m.late.Add(1)
+				return a.do(o)
+			}
+			err = <-r.done // it ended just now
+		}
+	}
+	if err = r.finish(o.buf, err); err != nil {
+		return a.do(o)
+	}
+	dl := int64(time.Since(t0))
+	l := o.m.lat.Load()
+	o.m.lat.Store(l + (dl-l)/8)
+	return nil
 }

@@ -155,6 +155,7 @@ func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
 				continue
 			}
 			if r.state.CompareAndSwap(reqRunning, reqAbandoned) {
+				m.late.Add(1)
 				return fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
 			}
 			return r.finish(p, <-r.done) // it ended just now
@@ -171,6 +172,7 @@ func (r *timedReq) run() {
 		return
 	}
 	// Abandoned at the deadline: nobody else holds the buffer or r.
+	r.m.late.Add(-1)
 	putBufRef(r.ref)
 	r.recycle()
 }
