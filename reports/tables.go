@@ -14,6 +14,7 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 
 	"tier0/bench"
+	"tier0/internal/units"
 )
 
 // table is the format-neutral form of every table in the reports: the
@@ -146,7 +147,7 @@ func buildTables(res *bench.Results, ref *Reference) []table {
 				dur = fmtDuration(d)
 				rate = fmt.Sprintf("%.1f MiB/s", float64(r.Bytes)/d.Seconds()/(1<<20))
 			}
-			rt.Rows = append(rt.Rows, []string{r.Array, fmtTime(r.Start), fmtTime(r.End), dur, fmtBytes(r.Bytes), rate})
+			rt.Rows = append(rt.Rows, []string{r.Array, fmtTime(r.Start), fmtTime(r.End), dur, units.FormatBytes(r.Bytes), rate})
 		}
 		out = append(out, rt)
 	}
@@ -188,16 +189,6 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-func fmtBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 func compactJSON(b json.RawMessage, limit int) string {
 	if len(b) == 0 {
 		return "—"
@@ -226,7 +217,7 @@ func runSummary(res *bench.Results) []string {
 		cpus = "this run may use " + e.CPUs.String()
 	}
 	lines = append(lines, fmt.Sprintf("Host %s: %s, %d cores / %d threads on the host, %s; %s memory, %s %s, kernel %s, %s, tier0 %s.",
-		orDash(e.Host), orDash(e.CPU), e.PhysicalCores, e.LogicalCores, cpus, fmtBytes(int64(e.MemoryBytes)), e.OS, e.Arch, orDash(e.Kernel), e.GoVersion, orDash(e.Tier0Version)))
+		orDash(e.Host), orDash(e.CPU), e.PhysicalCores, e.LogicalCores, cpus, units.FormatBytes(int64(e.MemoryBytes)), e.OS, e.Arch, orDash(e.Kernel), e.GoVersion, orDash(e.Tier0Version)))
 	if r.Repeat > 1 {
 		lines = append(lines, fmt.Sprintf("Each scenario ran %d times; figures are medians with their range.", r.Repeat))
 	}
