@@ -37,12 +37,7 @@ func KeyedSGL(b []byte) (addr uint64, length int, key uint32, ok bool) {
 
 // capsuleConn is what the host queue needs of a connected queue pair
 // (*Conn; a fake in the unit tests).
-type capsuleConn interface {
-	Send(slot int, msg []byte) error
-	Data(slot int) []byte
-	Key(slot int) (uint64, uint32)
-	Close() error
-}
+type capsuleConn = QueueConn
 
 // dialQueue connects one queue; tests replace it.
 var dialQueue = func(ctx context.Context, addr string, pd PrivateData, cfg Config) (capsuleConn, error) {
@@ -67,6 +62,9 @@ type Options struct {
 	MaxTransfer int
 	// Timeout bounds connecting and each command (default 10 s).
 	Timeout time.Duration
+	// Dial, when set, connects each queue instead of rdma_cm (tests: a
+	// MemPair to an in-process target).
+	Dial func(ctx context.Context, addr string, pd PrivateData, cfg Config) (QueueConn, error)
 }
 
 const (
@@ -121,7 +119,7 @@ func Connect(ctx context.Context, addr string, o Options) (*Controller, error) {
 	cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	var err error
-	c.admin, err = openQueue(cctx, addr, 0, adminDepth, adminData, o.Timeout)
+	c.admin, err = openQueue(cctx, o.Dial, addr, 0, adminDepth, adminData, o.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: admin queue to %s: %w", addr, err)
 	}
@@ -170,7 +168,7 @@ func Connect(ctx context.Context, addr string, o Options) (*Controller, error) {
 	}
 	depth := min(o.QueueDepth, mqes)
 	for i := 1; i <= o.IOQueues; i++ {
-		q, err := openQueue(cctx, addr, uint16(i), depth, c.maxXfer, o.Timeout)
+		q, err := openQueue(cctx, o.Dial, addr, uint16(i), depth, c.maxXfer, o.Timeout)
 		if err != nil {
 			return nil, fmt.Errorf("rdma: I/O queue %d to %s: %w", i, addr, err)
 		}
@@ -369,7 +367,10 @@ type hostSlot struct {
 	done                 chan error // buffered 1
 }
 
-func openQueue(ctx context.Context, addr string, qid uint16, depth, data int, timeout time.Duration) (*hostQueue, error) {
+func openQueue(ctx context.Context, dial func(context.Context, string, PrivateData, Config) (QueueConn, error), addr string, qid uint16, depth, data int, timeout time.Duration) (*hostQueue, error) {
+	if dial == nil {
+		dial = dialQueue
+	}
 	q := &hostQueue{qid: qid, depth: depth, timeout: timeout, free: make(chan int, depth), stop: make(chan struct{}), slots: make([]hostSlot, depth)}
 	for i := range q.slots {
 		q.slots[i].done = make(chan error, 1)
@@ -377,7 +378,7 @@ func openQueue(ctx context.Context, addr string, qid uint16, depth, data int, ti
 	}
 	pd := PrivateData{QID: qid, HRQSize: uint16(depth), HSQSize: uint16(depth - 1)}
 	cfg := Config{Depth: depth, RecvSize: nvme.CQELen, SendSize: nvme.SQELen, DataSize: data, Handler: q.handle}
-	conn, err := dialQueue(ctx, addr, pd, cfg)
+	conn, err := dial(ctx, addr, pd, cfg)
 	if err != nil {
 		return nil, err
 	}

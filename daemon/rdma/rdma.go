@@ -194,9 +194,13 @@ type Config struct {
 	// (a host receives 16-byte CQEs and sends 64-byte SQEs; a target the
 	// reverse, plus any in-capsule data it accepts).
 	RecvSize, SendSize int
-	// DataSize is each slot's data buffer (the largest transfer of one
+	// DataSize is each data buffer's size (the largest transfer of one
 	// command).
 	DataSize int
+	// DataSlots is the number of data buffers (default Depth): a target
+	// holds one per command moving data, not one per capsule it can
+	// receive, and its RDMA READ/WRITE use data slots 0..DataSlots-1.
+	DataSlots int
 	// Handler receives every completion, on the queue's one completion
 	// goroutine; it must not block.
 	Handler func(Completion)
@@ -208,6 +212,9 @@ func (c *Config) check() error {
 	}
 	if c.RecvSize < 16 || c.SendSize < 16 || c.DataSize < 0 {
 		return fmt.Errorf("rdma: buffer sizes recv %d send %d data %d: recv and send need at least 16 bytes", c.RecvSize, c.SendSize, c.DataSize)
+	}
+	if c.DataSlots < 0 || c.DataSlots > c.Depth {
+		return fmt.Errorf("rdma: %d data slots for a queue of depth %d, want 0..depth", c.DataSlots, c.Depth)
 	}
 	if c.Handler == nil {
 		return errors.New("rdma: Config.Handler is nil; a queue needs a completion handler")
@@ -221,8 +228,15 @@ func (c *Config) layout() (recvOff, sendOff, dataOff, total int) {
 	recvOff = 0
 	sendOff = align(c.Depth*c.RecvSize, 64)
 	dataOff = align(sendOff+c.Depth*c.SendSize, 4096)
-	total = align(dataOff+c.Depth*c.DataSize, 4096)
+	total = align(dataOff+c.dataSlots()*c.DataSize, 4096)
 	return
+}
+
+func (c *Config) dataSlots() int {
+	if c.DataSlots > 0 {
+		return c.DataSlots
+	}
+	return c.Depth
 }
 
 func align(n, a int) int { return (n + a - 1) / a * a }

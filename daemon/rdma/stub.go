@@ -2,7 +2,10 @@
 
 package rdma
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Built reports whether this binary has the RDMA transport.
 const Built = false
@@ -23,7 +26,9 @@ func (c *Conn) Data(slot int) []byte                                   { return 
 func (c *Conn) Key(slot int) (uint64, uint32)                          { return 0, 0 }
 func (c *Conn) Peer() PrivateData                                      { return PrivateData{} }
 func (c *Conn) Accepted() AcceptData                                   { return AcceptData{} }
+func (c *Conn) Stop()                                                  {}
 func (c *Conn) Close() error                                           { return nil }
+func (c *Conn) Remote() string                                         { return "?" }
 
 // Listener accepts queue connections; in this build it cannot exist.
 type Listener struct{}
@@ -32,7 +37,15 @@ type Listener struct{}
 func Listen(addr string) (*Listener, error) { return nil, ErrNotBuilt }
 
 func (l *Listener) Port() int { return 0 }
-func (l *Listener) Accept(ctx context.Context, cfg Config, decide func(PrivateData) (AcceptData, uint16)) (*Conn, error) {
+
+// Decide sees a connecting queue's private data and returns the queue's
+// Config and the accept data, or a non-zero NVMe/RDMA reject status.
+type Decide func(PrivateData) (Config, AcceptData, uint16)
+
+// ErrAcceptTimeout: no connect request arrived within Accept's time.
+var ErrAcceptTimeout = errors.New("rdma: no connect request")
+
+func (l *Listener) Accept(ctx context.Context, decide Decide) (*Conn, error) {
 	return nil, ErrNotBuilt
 }
 func (l *Listener) Close() error { return nil }

@@ -72,20 +72,21 @@ struct t0_q {
 // t0_setup creates the queue's PD, completion channel (non-blocking fd),
 // CQ, RC QP and its one memory region; it returns the failed step (1..6)
 // with errno set, or 0.
-static int t0_setup(struct t0_q *q, struct rdma_cm_id *id, int depth, void *buf, size_t len) {
+static int t0_setup(struct t0_q *q, struct rdma_cm_id *id, int depth, int rdmaops, void *buf, size_t len) {
 	memset(q, 0, sizeof *q);
 	q->id = id;
 	if (!(q->pd = ibv_alloc_pd(id->verbs))) return 1;
 	if (!(q->ch = ibv_create_comp_channel(id->verbs))) return 2;
 	int fl = fcntl(q->ch->fd, F_GETFL);
 	if (fl < 0 || fcntl(q->ch->fd, F_SETFL, fl | O_NONBLOCK) < 0) return 2;
-	if (!(q->cq = ibv_create_cq(id->verbs, 2 * depth + 8, NULL, q->ch, 0))) return 3;
+	// every receive, send and RDMA READ/WRITE may complete at once
+	if (!(q->cq = ibv_create_cq(id->verbs, 2 * depth + rdmaops + 8, NULL, q->ch, 0))) return 3;
 	if (ibv_req_notify_cq(q->cq, 0)) return 4;
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
 	a.send_cq = a.recv_cq = q->cq;
 	a.qp_type = IBV_QPT_RC;
-	a.cap.max_send_wr = 2 * depth + 2;
+	a.cap.max_send_wr = depth + rdmaops + 2;
 	a.cap.max_recv_wr = depth + 1;
 	a.cap.max_send_sge = 1;
 	a.cap.max_recv_sge = 1;
@@ -124,10 +125,25 @@ static int t0_connect(struct rdma_cm_id *id, void *priv, int privlen) {
 	if (t0_conn_param(id, &p, priv, privlen)) return -1;
 	return rdma_connect(id, &p);
 }
-static int t0_accept(struct rdma_cm_id *id, void *priv, int privlen) {
+// t0_accept accepts with at most the RDMA READ depths the connecting side
+// offered (ird: its responder resources, ord: its initiator depth).
+static int t0_accept(struct rdma_cm_id *id, void *priv, int privlen, int ird, int ord) {
 	struct rdma_conn_param p;
 	if (t0_conn_param(id, &p, priv, privlen)) return -1;
+	if (p.initiator_depth > ird) p.initiator_depth = ird;
+	if (p.responder_resources > ord) p.responder_resources = ord;
 	return rdma_accept(id, &p);
+}
+// In a CONNECT_REQUEST the depths are the passive side's view: initiator_depth
+// is what it may use (the peer's responder resources).
+static int t0_ev_ird(struct rdma_cm_event *e) { return e->param.conn.initiator_depth; }
+static int t0_ev_ord(struct rdma_cm_event *e) { return e->param.conn.responder_resources; }
+static int t0_peer(struct rdma_cm_id *id, char *buf, int n) {
+	struct sockaddr *sa = rdma_get_peer_addr(id);
+	if (!sa || sa->sa_family != AF_INET) return -1;
+	struct sockaddr_in *s = (struct sockaddr_in *)sa;
+	if (!inet_ntop(AF_INET, &s->sin_addr, buf, n)) return -1;
+	return ntohs(s->sin_port);
 }
 
 // ibv_post_* return an errno value, not -1.
@@ -199,6 +215,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -229,6 +246,7 @@ type Conn struct {
 	peerGone atomic.Bool // a CM disconnect arrived
 	done     chan struct{}
 	closeMu  sync.Mutex
+	stopped  bool
 	isClosed bool
 }
 
@@ -287,10 +305,11 @@ func evName(t int) string {
 }
 
 type cmEvent struct {
-	typ    int
-	status int
-	id     *C.struct_rdma_cm_id
-	priv   []byte
+	typ      int
+	status   int
+	id       *C.struct_rdma_cm_id
+	priv     []byte
+	ird, ord int // CONNECT_REQUEST: the RDMA READ depths the peer offers
 }
 
 // getEvent returns the next CM event (acknowledged, its fields copied).
@@ -305,7 +324,8 @@ func getEvent(ch *C.struct_rdma_event_channel, timeout time.Duration) (cmEvent, 
 	}
 	var buf [256]byte
 	n := C.t0_ev_priv(ev, unsafe.Pointer(&buf[0]), C.int(len(buf)))
-	e := cmEvent{typ: int(C.t0_ev_type(ev)), status: int(C.t0_ev_status(ev)), id: C.t0_ev_id(ev), priv: append([]byte(nil), buf[:n]...)}
+	e := cmEvent{typ: int(C.t0_ev_type(ev)), status: int(C.t0_ev_status(ev)), id: C.t0_ev_id(ev), priv: append([]byte(nil), buf[:n]...),
+		ird: int(C.t0_ev_ird(ev)), ord: int(C.t0_ev_ord(ev))}
 	C.rdma_ack_cm_event(ev)
 	return e, nil
 }
@@ -409,7 +429,7 @@ func (c *Conn) setup(id *C.struct_rdma_cm_id) error {
 	}
 	c.mem = mem
 	steps := [...]string{1: "ibv_alloc_pd", 2: "ibv_create_comp_channel", 3: "ibv_create_cq", 4: "ibv_req_notify_cq", 5: "rdma_create_qp", 6: "ibv_reg_mr"}
-	if r, err := C.t0_setup(&c.q, id, C.int(c.cfg.Depth), unsafe.Pointer(&mem[0]), C.size_t(total)); r != 0 {
+	if r, err := C.t0_setup(&c.q, id, C.int(c.cfg.Depth), C.int(c.cfg.dataSlots()), unsafe.Pointer(&mem[0]), C.size_t(total)); r != 0 {
 		hint := ""
 		if r == 6 {
 			hint = " (locked memory limit? ulimit -l)"
@@ -477,6 +497,9 @@ func (c *Conn) RDMAWrite(slot, n int, raddr uint64, rkey uint32) error {
 func (c *Conn) rdma(op Op, slot, n int, raddr uint64, rkey uint32) error {
 	if err := c.slotCheck(slot); err != nil {
 		return err
+	}
+	if slot >= c.cfg.dataSlots() {
+		return fmt.Errorf("rdma: %v from data slot %d, the queue has %d", op, slot, c.cfg.dataSlots())
 	}
 	if n < 1 || n > c.cfg.DataSize {
 		return fmt.Errorf("rdma: %v of %d bytes, want 1..%d (the data slot size)", op, n, c.cfg.DataSize)
@@ -581,22 +604,47 @@ func (c *Conn) cmEvents() {
 	}
 }
 
+// Stop disconnects and waits for the completion goroutine to end: once
+// it returns the handler is not called again and no post succeeds, but
+// the registered memory stays mapped (Data is still valid) until Close.
+// A target stops a dead queue first, waits for the commands still
+// executing from its data buffers, then closes it.
+func (c *Conn) Stop() {
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	c.closed.Store(true)
+	if c.id != nil {
+		C.rdma_disconnect(c.id)
+	}
+	<-c.done
+}
+
 // Close disconnects and frees the queue. Pending work requests are
 // flushed; the handler is not called for them.
 func (c *Conn) Close() error {
+	c.Stop()
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
 	if c.isClosed {
 		return nil
 	}
 	c.isClosed = true
-	c.closed.Store(true)
-	if c.id != nil {
-		C.rdma_disconnect(c.id)
-	}
-	<-c.done
 	c.destroy()
 	return nil
+}
+
+// Remote is the peer's IPv4 address and port ("?" when unknown).
+func (c *Conn) Remote() string {
+	var buf [64]C.char
+	port := C.t0_peer(c.id, &buf[0], C.int(len(buf)))
+	if port < 0 {
+		return "?"
+	}
+	return net.JoinHostPort(C.GoString(&buf[0]), fmt.Sprint(int(port)))
 }
 
 func (c *Conn) destroy() {
@@ -617,10 +665,11 @@ func (c *Conn) destroy() {
 
 // Listener accepts NVMe/RDMA queue connections (the target side).
 type Listener struct {
-	ch   *C.struct_rdma_event_channel
-	id   *C.struct_rdma_cm_id
-	mu   sync.Mutex
-	port int
+	ch     *C.struct_rdma_event_channel
+	id     *C.struct_rdma_cm_id
+	mu     sync.Mutex // held by Accept while it uses the channel, and by Close
+	closed atomic.Bool
+	port   int
 }
 
 // Listen binds an rdma_cm listener to addr (IPv4 HOST:PORT; port 0 picks
@@ -653,29 +702,51 @@ func Listen(addr string) (*Listener, error) {
 // Port is the bound port.
 func (l *Listener) Port() int { return l.port }
 
-// Accept waits for one connect request, decides with decide (which sees
-// the host's private data and returns the accept data, or a reject
-// status), sets up the queue with cfg and completes the connection.
-func (l *Listener) Accept(ctx context.Context, cfg Config, decide func(PrivateData) (AcceptData, uint16)) (*Conn, error) {
-	if err := cfg.check(); err != nil {
-		return nil, err
-	}
+// Decide sees a connecting queue's private data and returns the queue's
+// Config and the accept data, or a non-zero NVMe/RDMA reject status.
+type Decide func(PrivateData) (Config, AcceptData, uint16)
+
+// ErrAcceptTimeout: no connect request arrived within Accept's time.
+var ErrAcceptTimeout = errors.New("rdma: no connect request")
+
+// Accept waits for one connect request (until ctx ends, ErrAcceptTimeout
+// after its deadline, or without one 5 s), decides with decide, sets up
+// the queue with the Config decide returned and completes the
+// connection. The accepted queue gets its own CM event channel, so that
+// its disconnect reaches its completion goroutine at once.
+func (l *Listener) Accept(ctx context.Context, decide Decide) (*Conn, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	to := timeoutOf(ctx)
-	deadline := time.Now().Add(to)
-	// The listener's channel also carries the events of connections it
-	// accepted earlier (their disconnects): skip them. (Dispatching them
-	// to their Conn is the target side's next step.)
+	deadline := time.Now().Add(timeoutOf(ctx))
 	var e cmEvent
 	for {
+		if l.closed.Load() || l.ch == nil {
+			return nil, ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		wait := min(time.Until(deadline), 100*time.Millisecond)
+		if wait <= 0 {
+			return nil, ErrAcceptTimeout
+		}
 		var err error
-		if e, err = getEvent(l.ch, max(time.Until(deadline), time.Millisecond)); err != nil {
+		if e, err = getEvent(l.ch, wait); err != nil {
+			if strings.HasPrefix(err.Error(), "no RDMA CM event") {
+				continue
+			}
 			return nil, fmt.Errorf("rdma: accepting: waiting for CONNECT_REQUEST: %v", err)
 		}
 		if e.typ == C.RDMA_CM_EVENT_CONNECT_REQUEST {
 			break
 		}
+	}
+	reject := func(st uint16) {
+		rej := RejectData{Status: st}.Append(nil)
+		cr := C.CBytes(rej)
+		C.rdma_reject(e.id, cr, C.uint8_t(len(rej)))
+		C.free(cr)
+		C.rdma_destroy_id(e.id)
 	}
 	pd, err := ParsePrivateData(e.priv)
 	if err != nil {
@@ -683,23 +754,31 @@ func (l *Listener) Accept(ctx context.Context, cfg Config, decide func(PrivateDa
 		if len(e.priv) >= PrivateDataLen {
 			st = RejectInvalidRecFmt
 		}
-		rej := RejectData{Status: st}.Append(nil)
-		cr := C.CBytes(rej)
-		C.rdma_reject(e.id, cr, C.uint8_t(len(rej)))
-		C.free(cr)
-		C.rdma_destroy_id(e.id)
+		reject(st)
 		return nil, err
 	}
-	ad, st := decide(pd)
+	cfg, ad, st := decide(pd)
+	if st == 0 {
+		if err := cfg.check(); err != nil {
+			reject(RejectNoResources)
+			return nil, err
+		}
+	}
 	if st != 0 {
-		rej := RejectData{Status: st}.Append(nil)
-		cr := C.CBytes(rej)
-		C.rdma_reject(e.id, cr, C.uint8_t(len(rej)))
-		C.free(cr)
-		C.rdma_destroy_id(e.id)
+		reject(st)
 		return nil, fmt.Errorf("rdma: rejected queue %d: %s", pd.QID, RejectReason(st))
 	}
-	c := &Conn{id: e.id, cfg: cfg, done: make(chan struct{}), peer: pd, accept: ad}
+	ch, err := newEventChannel()
+	if err != nil {
+		reject(RejectNoResources)
+		return nil, err
+	}
+	if r, err := C.rdma_migrate_id(e.id, ch); r != 0 {
+		C.rdma_destroy_event_channel(ch)
+		reject(RejectNoResources)
+		return nil, fmt.Errorf("rdma: rdma_migrate_id: %v", err)
+	}
+	c := &Conn{id: e.id, ch: ch, cfg: cfg, done: make(chan struct{}), peer: pd, accept: ad}
 	if err := c.setup(e.id); err != nil {
 		C.rdma_reject(e.id, nil, 0)
 		c.destroy()
@@ -708,31 +787,23 @@ func (l *Listener) Accept(ctx context.Context, cfg Config, decide func(PrivateDa
 	priv := ad.Append(nil)
 	cp := C.CBytes(priv)
 	defer C.free(cp)
-	if r, err := C.t0_accept(e.id, cp, C.int(len(priv))); r != 0 {
+	if r, err := C.t0_accept(e.id, cp, C.int(len(priv)), C.int(e.ird), C.int(e.ord)); r != 0 {
 		c.destroy()
 		return nil, fmt.Errorf("rdma: rdma_accept: %v", err)
 	}
-	for {
-		e2, err := getEvent(l.ch, max(time.Until(deadline), time.Millisecond))
-		if err != nil {
-			c.destroy()
-			return nil, fmt.Errorf("rdma: accepting queue %d: waiting for ESTABLISHED: %v", pd.QID, err)
-		}
-		if e2.id != e.id {
-			continue // another connection's event
-		}
-		if e2.typ == C.RDMA_CM_EVENT_ESTABLISHED {
-			break
-		}
+	if _, err := expect(ch, max(time.Until(deadline), time.Second), C.RDMA_CM_EVENT_ESTABLISHED, fmt.Sprintf("accepting queue %d", pd.QID)); err != nil {
 		c.destroy()
-		return nil, fmt.Errorf("rdma: accepting queue %d: got %s (status %d), want ESTABLISHED", pd.QID, evName(e2.typ), e2.status)
+		return nil, err
 	}
 	go c.poll()
 	return c, nil
 }
 
-// Close stops listening.
+// Close stops listening; an Accept in progress returns ErrClosed.
 func (l *Listener) Close() error {
+	l.closed.Store(true)
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.id != nil {
 		C.rdma_destroy_id(l.id)
 		l.id = nil

@@ -84,7 +84,8 @@ type request struct {
 	cqe       nvme.CQE
 	sendLen   int // bytes of data to send to the host with the response
 	closeConn bool
-	lat       *nsLat // the latency average of its namespace (reads, writes)
+	lat       *nsLat  // the latency average of its namespace (reads, writes)
+	rd        rdmaReq // NVMe/RDMA: keyed SGL and data buffer (rdma_conn.go)
 }
 
 var reqPool = sync.Pool{New: func() any { return new(request) }}
@@ -160,6 +161,7 @@ type conn struct {
 	hdr     [nvme.CapsuleCmdHLen + nvme.DigestLen]byte
 	scratch [nvme.DigestLen]byte
 
+	rd    *rdmaQueue // an NVMe/RDMA queue (rdma_conn.go); nc then stands in for a stream
 	ctrl  *controller
 	qid   uint16
 	depth int
@@ -639,6 +641,10 @@ func (c *conn) start(r *request) {
 		c.complete(r, nvme.StatusAuthRequired|nvme.StatusDNR)
 		return
 	}
+	if c.rd != nil {
+		c.rd.start(r)
+		return
+	}
 	sgl := s.DPTR
 	switch dataDir(s) {
 	case 1:
@@ -904,6 +910,10 @@ func (c *conn) endDrain() {
 // complete sends the response of r with status st (and, on success, the
 // sendLen bytes of r.data).
 func (c *conn) complete(r *request, st nvme.Status) {
+	if c.rd != nil {
+		c.rd.complete(r, st)
+		return
+	}
 	r.cqe.CID = r.sqe.CID
 	r.cqe.Status = st
 	if !st.OK() {
@@ -915,6 +925,10 @@ func (c *conn) complete(r *request, st nvme.Status) {
 // sendCQE sends a completion that has no request (AER), without holding
 // the caller on the socket.
 func (c *conn) sendCQE(cqe nvme.CQE) {
+	if c.rd != nil {
+		c.rd.sendCQE(cqe)
+		return
+	}
 	if c.queue(outItem{cqe: cqe}) {
 		go c.writeOut()
 	}

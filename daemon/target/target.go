@@ -88,6 +88,10 @@ type Config struct {
 	// ":8009" (a bare host gets the discovery port 8009). It serves
 	// exactly what Listen serves.
 	DiscoveryListen string
+	// RDMAListen is an optional IPv4 address served over NVMe/RDMA, e.g.
+	// "10.0.0.1:4420" (a bare host gets port 4420): the same subsystems,
+	// discovery included; see ListenRDMA and docs/RDMA.md.
+	RDMAListen string
 	// Advertise is the host:port written into discovery log entries;
 	// default: the address Listen is bound to.
 	Advertise string
@@ -148,6 +152,7 @@ type Target struct {
 	nextCntl  uint16
 	conns     map[*conn]struct{}
 	listeners []net.Listener
+	rdmaPorts []*rdmaPort
 	discGen   uint64
 	closed    bool
 	advertise string
@@ -257,6 +262,12 @@ func (t *Target) Start() error {
 		}()
 
 	}
+	if t.cfg.RDMAListen != "" {
+		if err := t.ListenRDMA(t.cfg.RDMAListen); err != nil {
+			t.Close()
+			return err
+		}
+	}
 	return nil
 }
 
@@ -360,6 +371,7 @@ func (t *Target) Close() error {
 	for _, l := range t.listeners {
 		l.Close()
 	}
+	t.closeRDMALocked()
 	for c := range t.conns {
 		c.close() // also ends a Connect waiting for a drain
 	}

@@ -147,12 +147,13 @@ func loopback(addr string) error {
 	}
 	ach := make(chan acc, 1)
 	go func() {
-		c, err := l.Accept(context.Background(), rdma.Config{Depth: 4, RecvSize: 64, SendSize: 16, DataSize: 1 << 20, Handler: handler("target")},
-			func(p rdma.PrivateData) (rdma.AcceptData, uint16) {
+		cfg := rdma.Config{Depth: 4, RecvSize: 64, SendSize: 16, DataSize: 1 << 20, Handler: handler("target")}
+		c, err := l.Accept(context.Background(),
+			func(p rdma.PrivateData) (rdma.Config, rdma.AcceptData, uint16) {
 				if p.QID != 1 || p.HRQSize != 4 || p.HSQSize != 3 {
-					return rdma.AcceptData{}, rdma.RejectInvalidHSQSize
+					return cfg, rdma.AcceptData{}, rdma.RejectInvalidHSQSize
 				}
-				return rdma.AcceptData{CRQSize: 4}, 0
+				return cfg, rdma.AcceptData{CRQSize: 4}, 0
 			})
 		ach <- acc{c, err}
 	}()
