@@ -545,6 +545,7 @@ func (t *Target) identifyController(c *controller) nvme.IdentifyController {
 		KAS: 1, LPA: nvme.LPAExtendedLog | nvme.LPACmdEffects, AERL: maxAERs - 1, ACL: 3, SQES: 0x66, CQES: 0x44, MaxCmd: uint16(t.cfg.MaxQueueDepth),
 		SGLS: 1 | 1<<20, SubNQN: c.sub.nqn, IORCSZ: 1, MSDBD: 1,
 	}
+	ic.SGLS |= c.admin.keyedSGLs() // NVMe/RDMA (rdma_conn.go)
 	if c.sub.disc {
 		ic.CntrlType = nvme.CtrlTypeDiscovery
 		ic.OAES = nvme.OAESDiscoChanged
@@ -764,5 +765,5 @@ func (t *Target) discoveryLog(c *controller) []byte {
 			l.Entries = append(l.Entries, entry(s.nqn, nvme.SubTypeNVMe))
 		}
 	}
-	return l.Append(nil)
+	return c.admin.transportLog(l.Append(nil)) // an RDMA port's entries (rdma_conn.go)
 }
