@@ -11,6 +11,7 @@ import (
 	"tier0/bench"
 	"tier0/daemon/blockdev"
 	"tier0/daemon/host"
+	"tier0/internal/units"
 )
 
 // regionOf is the length of the region of dev that the run uses (0: all).
@@ -189,15 +190,9 @@ func (r *runner) idleCPU() {
 	r.res.Run.IdleCPU = &bench.CPUCost{Processes: r.cpu.Since(before, r.cpu.Read()), WallS: time.Since(t0).Seconds()}
 }
 
-func fmtBytes(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
-	}
-	return fmt.Sprintf("%d B", b)
-}
+// fmtBytes is the one byte formatter, units.FormatBytes, under the name
+// this package's messages use.
+var fmtBytes = units.FormatBytes
 
 // driveFile is one drive of the raw bench.
 type driveFile struct {
