@@ -166,7 +166,7 @@ func TestVerdictUnderTheModelNeedsModelBoundFigures(t *testing.T) {
 		t.Errorf("random read retention at the model's 60%% vs the seed's 80%%: %s, %s", o, p)
 	}
 	rw := rowOf(t, rows, "Retained with one node lost, random write IOPS")
-	if o, p := judge(rw, true); o != NotConfirmed || !strings.Contains(p, "is not set by the model: healthy reached 30%") {
+	if o, p := judge(rw, true); o != NotConfirmed || !strings.Contains(p, "is not set by the model (CPU-bound, not a finding): healthy reached 30%") {
 		t.Errorf("CPU-bound random writes: %s, %s; want not confirmed, not set by the model", o, p)
 	}
 }

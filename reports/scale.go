@@ -23,8 +23,10 @@ type ModelScale struct {
 	// scenario reached, and Limit that scenario and state.
 	Lowest float64
 	Limit  string
-	// Floored: Bound was raised to minModelScale.
+	// Floored: Bound was raised to Floor, the start-up calibration's
+	// floor (from member_io_timeout) when recorded, else minModelScale.
 	Floored bool
+	Floor   float64
 }
 
 // MeasuredModelScale derives the model-bound scale from a run under the
@@ -33,8 +35,10 @@ type ModelScale struct {
 // CPUs, tier0's own path), whose capacity does not change with s; at
 // scale s·f the model's capacity falls to what that limit delivered, so
 // the model binds again. The bound is s times the lowest f over the
-// healthy and one-node-lost frontend figures of the four scenarios
-// (floored at 1e-4). ok is false without a model or figures.
+// healthy and one-node-lost frontend figures of the four scenarios,
+// floored at the start-up calibration's floor (from member_io_timeout)
+// when the run recorded one, else at 1e-4. ok is false without a model or
+// figures. It checks the scale chosen at start-up against the whole run.
 func MeasuredModelScale(res *bench.Results) (ModelScale, bool) {
 	m := res.Run.Model
 	if m == nil || m.Scale <= 0 {
@@ -61,8 +65,12 @@ func MeasuredModelScale(res *bench.Results) (ModelScale, bool) {
 	if ms.Lowest < modelBound {
 		ms.Bound = m.Scale * ms.Lowest
 	}
-	if ms.Bound < minModelScale {
-		ms.Bound, ms.Floored = minModelScale, true
+	ms.Floor = minModelScale
+	if c := m.Calibration; c != nil && c.Floor > 0 {
+		ms.Floor = c.Floor
+	}
+	if ms.Bound < ms.Floor {
+		ms.Bound, ms.Floored = ms.Floor, true
 	}
 	return ms, true
 }
@@ -76,7 +84,11 @@ func (ms ModelScale) Text() string {
 	s := fmt.Sprintf("Scale, measured: at %g the %s figure reached only %s of the modelled drives' capacity, so this machine, not the model, set it; the largest scale at which every figure would be bound by the model is about %.2g (--model-scale %.2g)",
 		ms.Used, ms.Limit, pct(ms.Lowest), ms.Bound, ms.Bound)
 	if ms.Floored {
-		s += fmt.Sprintf(", the floor of %g: below it a scenario moves too few I/Os to measure", minModelScale)
+		if ms.Floor != minModelScale {
+			s += fmt.Sprintf(", the floor of %.2g: below it member I/Os would near member_io_timeout; these figures are CPU-bound, not findings", ms.Floor)
+		} else {
+			s += fmt.Sprintf(", the floor of %g: below it a scenario moves too few I/Os to measure", minModelScale)
+		}
 	}
 	return s + "."
 }

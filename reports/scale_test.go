@@ -50,3 +50,31 @@ func TestMeasuredModelScale(t *testing.T) {
 		t.Error("no model: want no measured scale")
 	}
 }
+
+// TestReportStatesTheChosenScale: the summary says which scale the run
+// used and how it was chosen at start-up (issue 17: the scale was only
+// measured afterwards), and the measured scale is floored at the
+// calibration's floor from member_io_timeout, naming CPU-bound figures.
+func TestReportStatesTheChosenScale(t *testing.T) {
+	res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
+	res.Run.Model = &bench.ModelInfo{Profile: "p", Scale: 0.0002, Drive: bench.DriveFigures{ReadBytesPerS: 1 << 20, WriteBytesPerS: 1 << 20, ReadIOPS: 100, WriteIOPS: 100},
+		Calibration: &bench.ModelCalibration{Ceiling: 0.0005, Floor: 0.0002, FloorWhy: "member_io_timeout 5s", Workload: "rand-read-4k", Target: 0.85, Chosen: 0.0002, CPUBound: true,
+			Steps: []bench.CalibrationStep{{Scale: 0.0005, Modelled: 10000, Achieved: 3000}, {Scale: 0.0002, Modelled: 4000, Achieved: 2600}}}}
+	res.Failover = &bench.FailoverRecord{Node: "B"}
+	for _, a := range []string{"A", "B", "C", "D", "E"} {
+		res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
+		res.Failover.Arrays = append(res.Failover.Arrays, bench.ArrayFailover{Array: a, Moved: a == "B", Degraded: a != "B"})
+	}
+	res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioRandRead4K, []float64{600, 650, 620}, []float64{8000}))
+	res.Add(rep(bench.LayerFrontend, bench.Degraded, bench.ScenarioRandRead4K, []float64{500, 510, 520}, []float64{13000}))
+	got := strings.Join(runSummary(res), "\n")
+	for _, want := range []string{"Scale 0.0002, chosen at start-up, the floor 0.0002 (member_io_timeout 5s)", "0.0005: 3000 of 10000 IOPS (30%), then 0.0002: 2600 of 4000 IOPS (65%)", "CPU-bound, not findings"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+	ms, ok := MeasuredModelScale(res)
+	if !ok || ms.Bound != 0.0002 || !ms.Floored || !strings.Contains(ms.Text(), "the floor of 0.0002") {
+		t.Errorf("measured scale %+v %q; want floored at the calibration's 0.0002", ms, ms.Text())
+	}
+}

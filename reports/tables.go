@@ -223,6 +223,9 @@ func runSummary(res *bench.Results) []string {
 	}
 	if m := r.Model; m != nil {
 		lines = append(lines, "Model: "+modelText(m))
+		if m.Calibration != nil {
+			lines = append(lines, m.Calibration.Text())
+		}
 		if ms, ok := MeasuredModelScale(res); ok {
 			lines = append(lines, ms.Text())
 		}

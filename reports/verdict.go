@@ -128,7 +128,7 @@ func judge(r Row, modelled bool) (outcome, phrase string) {
 		}
 	}
 	if modelled && (r.BoundHealthy < modelBound || r.BoundDegraded < modelBound) {
-		return NotConfirmed, fmt.Sprintf("%s is not set by the model: healthy reached %s and one node lost %s of the modelled drives' capacity (theory %s), so this machine's CPUs or tier0's own path bound it", fig, pct(r.BoundHealthy), pct(r.BoundDegraded), r.TheoryValue())
+		return NotConfirmed, fmt.Sprintf("%s is not set by the model (CPU-bound, not a finding): healthy reached %s and one node lost %s of the modelled drives' capacity (theory %s), so this machine's CPUs or tier0's own path set it", fig, pct(r.BoundHealthy), pct(r.BoundDegraded), r.TheoryValue())
 	}
 	if modelled && !math.IsNaN(r.Theory) && r.Group == "retention" && r.Lo > r.Theory+claimTolerance {
 		return NotConfirmed, fmt.Sprintf("%s exceeds the drive model's bound %s: the figure is not bound by the modelled drives", fig, r.TheoryValue())
