@@ -30,6 +30,7 @@ import (
 // fabricServeOptions are the flags of fabric serve.
 type fabricServeOptions struct {
 	listen, discoveryListen, advertise string
+	transport                          string // tcp (default) or rdma
 	nqn                                string
 	ns                                 []string
 	size                               string
@@ -49,6 +50,7 @@ type fabricServeOptions struct {
 
 func (o *fabricServeOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.listen, "listen", "0.0.0.0:4420", "ADDR:PORT to serve I/O and discovery on")
+	f.StringVar(&o.transport, "transport", "tcp", "fabric transport of --listen: tcp or rdma (NVMe/RDMA over rdma_cm, IPv4; needs a binary built with -tags rdma and an RDMA device, see docs/RDMA.md)")
 	f.StringVar(&o.discoveryListen, "discovery-listen", "", "optional second ADDR:PORT, e.g. :8009 (the well-known discovery port)")
 	f.StringVar(&o.advertise, "advertise", "", "ADDR:PORT written into discovery log entries (default: the listen address)")
 	f.StringVar(&o.nqn, "nqn", "", "subsystem NQN (required)")
@@ -150,6 +152,7 @@ func namespaceIDs(nqn string, nsid uint32) (nguid, uuid [16]byte) {
 // fabricServeInfo is what `fabric serve` prints once it is serving.
 type fabricServeInfo struct {
 	Listen     string   `json:"listen"`
+	Transport  string   `json:"transport"`
 	Advertise  string   `json:"advertise,omitempty"`
 	NQN        string   `json:"nqn"`
 	Namespaces []string `json:"namespaces"`
@@ -195,6 +198,16 @@ func serveDHCHAP(o *fabricServeOptions) (target.DHCHAPConfig, error) {
 func runFabricServe(ctx context.Context, o *fabricServeOptions, stdout, stderr io.Writer) error {
 	if o.nqn == "" || len(o.ns) == 0 {
 		return errors.New("fabric serve: --nqn NQN and at least one --ns PATH are required")
+	}
+	switch o.transport {
+	case "tcp", "":
+		o.transport = "tcp"
+	case "rdma":
+		if o.discoveryListen != "" {
+			return errors.New("fabric serve: --discovery-listen is a TCP port; with --transport rdma the --listen port answers discovery too")
+		}
+	default:
+		return fmt.Errorf("fabric serve: --transport %q: want tcp or rdma", o.transport)
 	}
 	state, err := nvme.ParseANAState(o.anaState)
 	if err != nil {
@@ -246,18 +259,31 @@ func runFabricServe(ctx context.Context, o *fabricServeOptions, stdout, stderr i
 			return fmt.Errorf("fabric serve: namespace %d (%s): %w", nsid, o.ns[i], err)
 		}
 	}
-	if err := tg.Start(); err != nil {
-		return fmt.Errorf("fabric serve: %w", err)
+	var listen string
+	if o.transport == "rdma" {
+		if err := tg.ListenRDMA(o.listen); err != nil {
+			return fmt.Errorf("fabric serve: %w", err)
+		}
+		listen = tg.RDMAAddr()
+	} else {
+		if err := tg.Start(); err != nil {
+			return fmt.Errorf("fabric serve: %w", err)
+		}
+		listen = tg.Addr().String()
 	}
-	info := fabricServeInfo{Listen: tg.Addr().String(), Advertise: o.advertise, NQN: o.nqn, Namespaces: o.ns, ANAState: state.String(),
+	info := fabricServeInfo{Listen: listen, Transport: o.transport, Advertise: o.advertise, NQN: o.nqn, Namespaces: o.ns, ANAState: state.String(),
 		ANAGroup: o.anaGroup, CntlIDs: [2]int{int(o.cntlidBase), int(o.cntlidBase) + int(o.cntlidCount) - 1}, DHCHAP: dc.HostSecret != ""}
 	if o.json {
 		if err := json.NewEncoder(stdout).Encode(info); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "serving %s on %s: %d namespace(s), ANA group %d %s, controller IDs %d-%d\n",
-			info.NQN, info.Listen, len(info.Namespaces), info.ANAGroup, info.ANAState, info.CntlIDs[0], info.CntlIDs[1])
+		over := ""
+		if info.Transport == "rdma" {
+			over = " over NVMe/RDMA"
+		}
+		fmt.Fprintf(stdout, "serving %s on %s%s: %d namespace(s), ANA group %d %s, controller IDs %d-%d\n",
+			info.NQN, info.Listen, over, len(info.Namespaces), info.ANAGroup, info.ANAState, info.CntlIDs[0], info.CntlIDs[1])
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
