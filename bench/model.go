@@ -2,14 +2,14 @@ package bench
 
 import (
 	"fmt"
-	"strings"
 )
 
 // ModelCalibration is how a local run under the drive model chose its
 // scale at start-up (validate's calibration, docs/BENCH.md): the
-// CPU-heaviest workload run briefly at a candidate scale, its achieved
-// rate compared with the modelled drives' capacity, the scale stepped
-// down until the model binds, never below a floor derived from
+// CPU-heaviest workload run briefly with the drives' model out of the way
+// (scale 1), so that this machine's CPUs bound it, and the scale set where
+// the modelled capacity is a share of what the CPUs delivered, at most the
+// site's model.scale and at least a floor derived from
 // policies.member_io_timeout.
 type ModelCalibration struct {
 	// Given: the scale was fixed by --model-scale or TIER0_MODEL_SCALE
@@ -20,18 +20,19 @@ type ModelCalibration struct {
 	// Floor is the smallest scale allowed, FloorWhy its derivation.
 	Floor    float64 `json:"floor"`
 	FloorWhy string  `json:"floor_why,omitempty"`
-	// Workload is what each step measured ("rand-read-4k through every
-	// array's frontend"); Target the fraction of the modelled capacity it
-	// had to reach to count as bound by the model.
+	// Workload is what was measured ("rand-read-4k through every array's
+	// frontend"); Target the share of the CPUs' measured capacity that the
+	// model's capacity is set to.
 	Workload string  `json:"workload,omitempty"`
 	Target   float64 `json:"target,omitempty"`
 	// Steps are the measurements, in order.
 	Steps []CalibrationStep `json:"steps,omitempty"`
 	// Chosen is the scale the run used.
 	Chosen float64 `json:"chosen"`
-	// CPUBound: not even the chosen scale (the floor, or the last step)
-	// reached Target: this machine, not the model, bounds the workload,
-	// and the figures it sets are CPU-bound, not findings.
+	// CPUBound: the chosen scale was raised to the floor, where the
+	// model's capacity exceeds Target of what the CPUs deliver: this
+	// machine, not the model, bounds the workload, and the figures it sets
+	// are CPU-bound, not findings.
 	CPUBound bool `json:"cpu_bound,omitempty"`
 	// Error says why the calibration could not measure (the run then used
 	// Chosen = Ceiling, unverified).
@@ -70,22 +71,21 @@ func (c *ModelCalibration) Text() string {
 		}
 		return s + "."
 	}
-	if c.Error != "" {
+	if c.Error != "" || len(c.Steps) == 0 {
 		return fmt.Sprintf("Scale %.2g, the site's model.scale, unverified: the start-up calibration could not measure (%s).", c.Chosen, c.Error)
 	}
-	var steps []string
-	for _, st := range c.Steps {
-		steps = append(steps, fmt.Sprintf("%.2g: %.0f of %.0f IOPS (%.0f%%)", st.Scale, st.Achieved, st.Modelled, 100*st.Fraction()))
-	}
-	how := fmt.Sprintf("%s at each candidate scale, from the site's model.scale %.2g down, reached %s", c.Workload, c.Ceiling, strings.Join(steps, ", then "))
+	st := c.Steps[len(c.Steps)-1]
+	probe := fmt.Sprintf("with the drives' model out of the way (scale %g) %s delivered %.0f IOPS, this machine's CPUs' capacity (the model there: %.0f)", st.Scale, c.Workload, st.Achieved, st.Modelled)
+	want := c.Target * st.Achieved / st.Modelled * st.Scale
+	modelled := c.Chosen / st.Scale * st.Modelled
 	switch {
-	case c.CPUBound && c.Chosen <= c.Floor:
-		return fmt.Sprintf("Scale %.2g, chosen at start-up, %s: even there the calibration workload reached less than %.0f%% of the modelled drives' capacity, so this machine's CPUs, not the model, bound it (%s). Figures below the verdict's bound are CPU-bound, not findings.",
-			c.Chosen, floor, 100*c.Target, how)
 	case c.CPUBound:
-		return fmt.Sprintf("Scale %.2g, chosen at start-up, the last of %d calibration steps: it did not reach %.0f%% of the modelled drives' capacity (%s), so CPU-bound figures remain; %s.",
-			c.Chosen, len(c.Steps), 100*c.Target, how, floor)
+		return fmt.Sprintf("Scale %.2g, chosen at start-up, %s: %s; the model at %.0f%% of it needs scale %.2g, below the floor, so at the floor the modelled %.0f IOPS are %.0f%% of what the CPUs deliver. Figures the model does not bind are CPU-bound, not findings.",
+			c.Chosen, floor, probe, 100*c.Target, want, modelled, 100*modelled/st.Achieved)
+	case c.Chosen >= c.Ceiling && want > c.Ceiling:
+		return fmt.Sprintf("Scale %.2g, chosen at start-up: the site's model.scale, the largest allowed; %s, and the model at %.0f%% of it would allow %.2g (%s).",
+			c.Chosen, probe, 100*c.Target, want, floor)
 	}
-	return fmt.Sprintf("Scale %.2g, chosen at start-up: the largest scale tried at which the calibration workload reached %.0f%% of the modelled drives' capacity (%s; %s).",
-		c.Chosen, 100*c.Target, how, floor)
+	return fmt.Sprintf("Scale %.2g, chosen at start-up: %s; at this scale the modelled capacity, %.0f IOPS, is %.0f%% of it (at most the site's model.scale %.2g, at least %s).",
+		c.Chosen, probe, modelled, 100*c.Target, c.Ceiling, floor)
 }

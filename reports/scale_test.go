@@ -58,8 +58,8 @@ func TestMeasuredModelScale(t *testing.T) {
 func TestReportStatesTheChosenScale(t *testing.T) {
 	res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
 	res.Run.Model = &bench.ModelInfo{Profile: "p", Scale: 0.0002, Drive: bench.DriveFigures{ReadBytesPerS: 1 << 20, WriteBytesPerS: 1 << 20, ReadIOPS: 100, WriteIOPS: 100},
-		Calibration: &bench.ModelCalibration{Ceiling: 0.0005, Floor: 0.0002, FloorWhy: "member_io_timeout 5s", Workload: "rand-read-4k", Target: 0.85, Chosen: 0.0002, CPUBound: true,
-			Steps: []bench.CalibrationStep{{Scale: 0.0005, Modelled: 10000, Achieved: 3000}, {Scale: 0.0002, Modelled: 4000, Achieved: 2600}}}}
+		Calibration: &bench.ModelCalibration{Ceiling: 0.0005, Floor: 0.0002, FloorWhy: "member_io_timeout 5s", Workload: "rand-read-4k", Target: 0.5, Chosen: 0.0002, CPUBound: true,
+			Steps: []bench.CalibrationStep{{Scale: 1, Modelled: 2e7, Achieved: 3000}}}}
 	res.Failover = &bench.FailoverRecord{Node: "B"}
 	for _, a := range []string{"A", "B", "C", "D", "E"} {
 		res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
@@ -68,7 +68,7 @@ func TestReportStatesTheChosenScale(t *testing.T) {
 	res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioRandRead4K, []float64{600, 650, 620}, []float64{8000}))
 	res.Add(rep(bench.LayerFrontend, bench.Degraded, bench.ScenarioRandRead4K, []float64{500, 510, 520}, []float64{13000}))
 	got := strings.Join(runSummary(res), "\n")
-	for _, want := range []string{"Scale 0.0002, chosen at start-up, the floor 0.0002 (member_io_timeout 5s)", "0.0005: 3000 of 10000 IOPS (30%), then 0.0002: 2600 of 4000 IOPS (65%)", "CPU-bound, not findings"} {
+	for _, want := range []string{"Scale 0.0002, chosen at start-up, the floor 0.0002 (member_io_timeout 5s)", "(scale 1) rand-read-4k delivered 3000 IOPS", "at the floor the modelled 4000 IOPS are 133% of what the CPUs deliver", "CPU-bound, not findings"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary lacks %q:\n%s", want, got)
 		}
