@@ -227,7 +227,12 @@ func TestRegisterWhoseLeaseEndsBeforeItsKeyIsPut(t *testing.T) {
 		t.Fatalf("Register whose first lease was revoked before its key was put: %v; want it registered under a new lease", err)
 	}
 	defer a.Abandon()
-	old := <-revoked
+	var old clientv3.LeaseID
+	select {
+	case old = <-revoked:
+	case <-ctx.Done():
+		t.Fatal("the lease Register was granted never appeared in the store's lease list")
+	}
 	if a.ID() == old {
 		t.Fatalf("registered under lease %x, which was revoked", int64(old))
 	}
