@@ -93,19 +93,9 @@ type ScrubStatus struct {
 // Array is one array's state (the failover machine's view).
 type Array = cluster.ArrayView
 
-// Event is one entry of the failover/event log.
-type Event struct {
-	Time     time.Time `json:"time"`
-	Kind     string    `json:"kind"`
-	Array    string    `json:"array,omitempty"`
-	Node     string    `json:"node,omitempty"`
-	From     string    `json:"from,omitempty"`
-	To       string    `json:"to,omitempty"`
-	Epoch    uint64    `json:"epoch,omitempty"`
-	Duration float64   `json:"duration_s,omitempty"`
-	Message  string    `json:"message,omitempty"`
-	Revision int64     `json:"revision"`
-}
+// Event is one entry of the failover/event log: the store's own entry
+// (store.Event), defined once in cluster.
+type Event = cluster.LogEntry
 
 // NodeHealth is GET /v1/node/health, the shape Slurm's health check reads:
 //

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"tier0/daemon/cluster"
 )
 
 // Ownership is the record of which node owns an array, under which fencing
@@ -257,19 +259,9 @@ func (s *Store) Watch(ctx context.Context, sec Section, kind string, rev int64) 
 	return out
 }
 
-// Event is one entry of the append-only failover log.
-type Event struct {
-	Time     time.Time `json:"time"`
-	Kind     string    `json:"kind"`
-	Array    string    `json:"array,omitempty"`
-	Node     string    `json:"node,omitempty"`
-	From     string    `json:"from,omitempty"`
-	To       string    `json:"to,omitempty"`
-	Epoch    uint64    `json:"epoch,omitempty"`
-	Duration float64   `json:"duration_s,omitempty"` // failover duration
-	Message  string    `json:"message,omitempty"`
-	Revision int64     `json:"revision"` // set by the store; orders the log
-}
+// Event is one entry of the append-only failover log (defined once, in
+// cluster, for the store and the API alike).
+type Event = cluster.LogEntry
 
 // AppendEvent adds ev to the log (Time defaults to now) and returns it with
 // its revision. An entry is created once and never overwritten.
