@@ -393,12 +393,17 @@ func (c *cluster) stop() {
 	}
 }
 
+// waitFor polls ok until it holds. d is about what the step may take on a
+// quiet machine; the bound is 4×d, a hang bound and no speed goal: CI runs
+// this package beside others on 2 cores, where a requeue by slurmctld took
+// over 30 s ("timed out after 30s waiting for job 2 requeued held").
 func (c *cluster) waitFor(what string, d time.Duration, ok func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	deadline := start.Add(4 * d)
 	for !ok() {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %v waiting for %s", d, what)
+			c.t.Fatalf("timed out after %v waiting for %s", time.Since(start).Round(time.Millisecond), what)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
