@@ -100,14 +100,14 @@ func (v *Volume) Exposed() bool { return v.State == VolumeReady || v.State == Vo
 
 // Pool is one array's volume table.
 type Pool struct {
-	Name      string   `json:"name"`
-	Capacity  int64    `json:"capacity"`
-	BlockSize int      `json:"block_size"`
+	Name      string `json:"name"`
+	Capacity  int64  `json:"capacity"`
+	BlockSize int    `json:"block_size"`
 	// SubNQN is the pool's frontend subsystem: a dropped volume's
 	// reservation state (Reservations' keys) goes with it, so that a
 	// volume given its NSID later starts with none.
-	SubNQN string `json:"subnqn"`
-	Volumes   []Volume `json:"volumes"`
+	SubNQN  string   `json:"subnqn"`
+	Volumes []Volume `json:"volumes"`
 	// Revision is the key's ModRevision (0: no record, the implicit
 	// volume); not stored.
 	Revision int64 `json:"-"`
