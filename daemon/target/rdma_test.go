@@ -345,3 +345,131 @@ func TestRDMATargetInCapsuleAndDiscovery(t *testing.T) {
 		t.Errorf("queue ID 99: %v, want a reject naming the queue ID", err)
 	}
 }
+
+// gateDevice holds writes at a gate and records which ones ran.
+type gateDevice struct {
+	blockdev.Device
+	gate    chan struct{}
+	entered chan int64
+	mu      sync.Mutex
+	ran     []int64
+}
+
+func (g *gateDevice) WriteAt(p []byte, off int64) (int, error) {
+	g.entered <- off
+	<-g.gate
+	g.mu.Lock()
+	g.ran = append(g.ran, off)
+	g.mu.Unlock()
+	return g.Device.WriteAt(p, off)
+}
+
+// TestRDMADeadQueueCommandLifetime: the command lifetime rule over RDMA.
+// The host sends 24 writes on a queue with 16 data buffers and 2 workers:
+// 2 execute (held in the device), 14 wait for a worker, 8 for a data
+// buffer. The host disconnects. The commands not started are dropped,
+// never executed; the 2 executing finish with their own data, because the
+// queue's registered memory ends (rdma.MemConn.Close zeroes it) only after
+// they returned.
+func TestRDMADeadQueueCommandLifetime(t *testing.T) {
+	mem := blockdev.NewMem(testSize, testBS)
+	dev := &gateDevice{Device: mem, gate: make(chan struct{}), entered: make(chan int64, 64)}
+	tg, acc := newRDMATarget(t, Config{WorkersPerQueue: 2}, dev)
+	aq := dialRawRDMA(t, acc, 0, 4)
+	cqe := aq.connect(testSubNQN, nvme.CntlIDDynamic, 4, false)
+	if !cqe.Status.OK() {
+		t.Fatalf("admin connect: %v", cqe.Status)
+	}
+	set := nvme.PropertyCmd{Offset: nvme.PropCC, Value: uint64(nvme.CCEnable | 6<<16 | 4<<20)}.SQE(2, true)
+	if cqe := aq.exec(set, nil, 0, nil); !cqe.Status.OK() {
+		t.Fatalf("CC.EN: %v", cqe.Status)
+	}
+	iq := dialRawRDMA(t, acc, 1, 32)
+	if cqe := iq.connect(testSubNQN, uint16(cqe.DW0()), 32, false); !cqe.Status.OK() {
+		t.Fatalf("I/O connect: %v", cqe.Status)
+	}
+	const n, size = 24, 4096
+	for i := 0; i < n; i++ {
+		copy(iq.c.Data(i), bytes.Repeat([]byte{byte(i + 1)}, size))
+		addr, key := iq.c.Key(i)
+		s := nvme.SQE{Opcode: nvme.CmdWrite, CID: uint16(10 + i), NSID: 1, CDW10: uint32(i * size / testBS), CDW12: size/testBS - 1}
+		b := s.Append(nil)
+		rdma.PutKeyedSGL(b, addr, size, key)
+		if err := iq.c.Send(i, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case <-dev.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d writes reached the device", i)
+		}
+	}
+	var q *rdmaQueue
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tg.mu.Lock()
+		for c := range tg.conns {
+			if c.rd != nil && c.rd.qid == 1 {
+				q = c.rd
+			}
+		}
+		tg.mu.Unlock()
+		waiting := -1
+		if q != nil {
+			q.smu.Lock()
+			waiting = len(q.waitData)
+			q.smu.Unlock()
+		}
+		if waiting == n-rdmaIODataSlots {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands wait for a data buffer, want %d", waiting, n-rdmaIODataSlots)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	iq.c.Stop() // the host disconnects
+	<-q.c.done
+	close(dev.gate) // the 2 executing writes may finish now
+	<-q.c.torn
+	for {
+		tg.mu.Lock()
+		_, live := tg.conns[q.c]
+		tg.mu.Unlock()
+		if !live {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	dev.mu.Lock()
+	ran := append([]int64(nil), dev.ran...)
+	dev.mu.Unlock()
+	if len(ran) != 2 {
+		t.Fatalf("%d writes executed (at %v), want the 2 that had started: a dead queue's other commands must be dropped", len(ran), ran)
+	}
+	for i := 0; i < n; i++ {
+		got := make([]byte, size)
+		mem.ReadAt(got, int64(i*size))
+		want := make([]byte, size)
+		if slicesContain(ran, int64(i*size)) {
+			want = bytes.Repeat([]byte{byte(i + 1)}, size)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("block %d holds %#x..., want %#x... (executed: %v)", i, got[0], want[0], slicesContain(ran, int64(i*size)))
+		}
+	}
+	if d := q.c.dropped.Load(); d != n-2 {
+		t.Errorf("dropped %d commands, want %d", d, n-2)
+	}
+}
+
+func slicesContain(s []int64, v int64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
