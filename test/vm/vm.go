@@ -30,7 +30,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,15 +239,6 @@ func flock(path string) (func(), error) {
 	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 type syncBuf struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -299,10 +289,7 @@ func Start(t testing.TB, opts Options) *Guest {
 	g := &Guest{t: t, opts: opts, dir: dir, fwd: map[int]int{}, out: &syncBuf{}, done: make(chan struct{})}
 	var fwd []string
 	for _, gp := range opts.HostFwd {
-		hp, err := freePort()
-		if err != nil {
-			t.Fatalf("finding a free host port for guest port %d: %v", gp, err)
-		}
+		hp := testenv.FreePort(t) // outside the ephemeral range: no outgoing connection takes it before QEMU binds it
 		g.fwd[gp] = hp
 		fwd = append(fwd, fmt.Sprintf("%d:%d", hp, gp))
 	}
