@@ -30,9 +30,9 @@ type ModelCalibration struct {
 	// Chosen is the scale the run used.
 	Chosen float64 `json:"chosen"`
 	// CPUBound: the chosen scale was raised to the floor, where the
-	// model's capacity exceeds Target of what the CPUs deliver: this
-	// machine, not the model, bounds the workload, and the figures it sets
-	// are CPU-bound, not findings.
+	// model's capacity exceeds what the CPUs delivered: this machine, not
+	// the model, bounds the workload, and the figures it sets are
+	// CPU-bound, not findings.
 	CPUBound bool `json:"cpu_bound,omitempty"`
 	// Error says why the calibration could not measure (the run then used
 	// Chosen = Ceiling, unverified).
@@ -81,6 +81,9 @@ func (c *ModelCalibration) Text() string {
 	switch {
 	case c.CPUBound:
 		return fmt.Sprintf("Scale %.2g, chosen at start-up, %s: %s; the model at %.0f%% of it needs scale %.2g, below the floor, so at the floor the modelled %.0f IOPS are %.0f%% of what the CPUs deliver. Figures the model does not bind are CPU-bound, not findings.",
+			c.Chosen, floor, probe, 100*c.Target, want, modelled, 100*modelled/st.Achieved)
+	case c.Chosen <= c.Floor && want < c.Floor:
+		return fmt.Sprintf("Scale %.2g, chosen at start-up, %s: %s; the model at %.0f%% of it needs scale %.2g, below the floor, so at the floor the modelled %.0f IOPS are %.0f%% of what the CPUs deliver, a thinner margin than aimed at: the verdict's check of each figure against the modelled capacity tells which ones the model bound.",
 			c.Chosen, floor, probe, 100*c.Target, want, modelled, 100*modelled/st.Achieved)
 	case c.Chosen >= c.Ceiling && want > c.Ceiling:
 		return fmt.Sprintf("Scale %.2g, chosen at start-up: the site's model.scale, the largest allowed; %s, and the model at %.0f%% of it would allow %.2g (%s).",

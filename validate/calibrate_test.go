@@ -33,8 +33,10 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a)
 // TestChooseScale: the scale is chosen by measuring, not guessed (issue
 // 17): CPUs that deliver 3400 IOPS with the drives out of the way (scale
 // 1, 20M modelled) put the model at half of that at scale 0.000085; a
-// machine that keeps up keeps the site's ceiling; CPUs too slow for the
-// floor end at the floor, CPU-bound; a failed measurement is an error.
+// machine that keeps up keeps the site's ceiling; CPUs slower than the
+// model at the floor end there, CPU-bound; CPUs between half and all of
+// it end at the floor with a thinner margin; a failed measurement is an
+// error.
 func TestChooseScale(t *testing.T) {
 	ctx := context.Background()
 	var calls []float64
@@ -66,6 +68,11 @@ func TestChooseScale(t *testing.T) {
 
 	if cal, _ := chooseScale(ctx, 0.0001, 0.0002, cpuLimited(1e9, &calls)); cal.Chosen != 0.0002 {
 		t.Errorf("a ceiling below the floor: %+v; want the floor", cal)
+	}
+
+	cal, _ = chooseScale(ctx, 0.0005, 0.0002, cpuLimited(6000, &calls))
+	if cal.Chosen != 0.0002 || cal.CPUBound || !strings.Contains(cal.Text(), "4000 IOPS are 67% of what the CPUs deliver, a thinner margin") {
+		t.Errorf("CPUs at 6000 IOPS, the floor's model at 4000: %+v %q; want the floor, not CPU-bound, a thinner margin", cal, cal.Text())
 	}
 
 	boom := errors.New("cluster not up")
