@@ -153,6 +153,8 @@ func (s *served) assembleLocked(ctx context.Context, epoch uint64, degraded []st
 		if r.Slot >= 0 && r.Slot < len(devs) && errors.Is(r.Err, raid.ErrStale) && devs[r.Slot] != nil {
 			if err := arr.ReAdd(r.Slot, devs[r.Slot]); err == nil {
 				s.pending[r.Slot] = "resync"
+			} else {
+				s.staleNotReadded(r.Slot, r.Reason, err)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/cluster"
@@ -276,23 +278,40 @@ func (n *Node) doFailMember(ctx context.Context, a failMember) {
 }
 
 // readdMissingLocked re-adds the members that the RAID engine holds as
-// missing (they stopped answering, or were away at the assembly) once
+// missing (they stopped answering, or were away at the assembly), and
+// those refused as stale at the assembly whose re-add failed there, once
 // they answer again, under a resync (ReAdd): the coordinator orders a
 // resync only for a member whose node it saw go and return, not for one
 // behind a stalled or partitioned link while its node stayed up (nemesis
 // seed 201: an array re-assembled with a member away stayed degraded
-// with stripes lacking data). Caller holds s.mu; members not reachable
-// yet are tried again on the next call.
+// with stripes lacking data). A repair record whose repair is gone (the
+// member is missing again: nemesis seed 2 in CI, "C2=stale" for good) does
+// not stop it: the record is dropped, the coordinator told (repair-failed)
+// and the member re-added. Each member's failed tries back off (readdRetry
+// doubling to readdRetryMax) and log why. Caller holds s.mu.
 func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
 	if s.array == nil || s.epoch == 0 {
 		return
 	}
+	tr := readdOf(s)
+	now := n.clk().Now()
 	st := s.array.Status()
 	var want []int
 	for i, ms := range st.Members {
-		if _, busy := s.pending[i]; ms.State == "missing" && !busy && i < len(s.cfg.Members) {
-			want = append(want, i)
+		if i >= len(s.cfg.Members) {
+			continue
 		}
+		if ms.State == "active" || ms.State == "rebuilding" {
+			tr.forget(i)
+			continue
+		}
+		if ms.State != "missing" && !tr.rejected[i] {
+			continue // failed by its drive or the operator: the coordinator's to repair
+		}
+		if now.Before(tr.next[i]) {
+			continue
+		}
+		want = append(want, i)
 	}
 	if len(want) == 0 {
 		return
@@ -317,6 +336,15 @@ func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
 		if st := decided[drive]; st == cluster.MemberDriveFailed || st == cluster.MemberReplaced || st == cluster.MemberRebuilding {
 			continue
 		}
+		if kind, busy := s.pending[i]; busy {
+			// Its engine state says the repair is gone (the member was
+			// lost again, or the re-add never took): end its record.
+			delete(s.pending, i)
+			n.log.Warn("repair record without a running repair (its member is not under rebuild); re-adding the member",
+				"array", s.cfg.Name, "member", drive, "kind", kind, "state", st.Members[i].State, "reason", st.Members[i].Reason)
+			n.sendReport(report{Kind: "repair-failed", Array: s.cfg.Name, Member: drive, Epoch: s.epoch,
+				Reason: kind + " of " + drive + " ended without a report (member " + st.Members[i].State + ": " + st.Members[i].Reason + "); the owner re-adds it"})
+		}
 		s.dropMember(i)
 		c, ns, err := n.importMember(ctx, s.cfg.Name, drive)
 		if err == nil {
@@ -330,16 +358,84 @@ func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
 			return
 		}
 		if err != nil {
-			n.log.Debug("missing member not reachable yet", "array", s.cfg.Name, "member", drive, "err", err)
+			tr.failed(i, now, "not reachable yet: "+err.Error())
+			n.log.Info("member not active and not reachable yet; retrying", "array", s.cfg.Name, "member", drive,
+				"attempt", tr.fails[i], "next", tr.next[i].Sub(now), "err", err)
 			continue
 		}
 		s.members[i], s.ctrls[i] = ns, c
 		if err := s.array.ReAdd(i, ns); err != nil {
 			s.dropMember(i)
-			n.log.Info("missing member reachable again but not re-added", "array", s.cfg.Name, "member", drive, "err", err)
+			tr.failed(i, now, "re-add refused: "+err.Error())
+			n.log.Warn("member reachable again but not re-added; retrying", "array", s.cfg.Name, "member", drive,
+				"attempt", tr.fails[i], "next", tr.next[i].Sub(now), "err", err)
 			continue
 		}
+		tr.forget(i)
 		s.pending[i] = "resync"
 		n.log.Info("missing member reachable again: resync started", "array", s.cfg.Name, "member", drive, "epoch", s.epoch)
 	}
+}
+
+// The owner's re-add of a member not active backs off from readdRetry,
+// doubling, to readdRetryMax between failed tries.
+const (
+	readdRetry    = time.Second
+	readdRetryMax = 30 * time.Second
+)
+
+// readdTries is an array's record of the owner's re-adds (guarded by the
+// array's s.mu): members refused as stale at its assembly whose re-add
+// failed there, and each member's failed tries, next try and last error.
+type readdTries struct {
+	rejected map[int]bool
+	fails    map[int]int
+	next     map[int]time.Time
+	lastErr  map[int]string
+}
+
+var (
+	readdMu  sync.Mutex
+	readdAll = map[*served]*readdTries{}
+)
+
+// readdOf returns s's record (created empty).
+func readdOf(s *served) *readdTries {
+	readdMu.Lock()
+	defer readdMu.Unlock()
+	tr := readdAll[s]
+	if tr == nil {
+		tr = &readdTries{rejected: map[int]bool{}, fails: map[int]int{}, next: map[int]time.Time{}, lastErr: map[int]string{}}
+		readdAll[s] = tr
+	}
+	return tr
+}
+
+func (tr *readdTries) failed(i int, now time.Time, why string) {
+	tr.fails[i]++
+	tr.next[i] = now.Add(min(readdRetry<<min(tr.fails[i]-1, 16), readdRetryMax))
+	tr.lastErr[i] = why
+}
+
+func (tr *readdTries) forget(i int) {
+	delete(tr.rejected, i)
+	delete(tr.fails, i)
+	delete(tr.next, i)
+	delete(tr.lastErr, i)
+}
+
+// staleNotReadded records, at an assembly, a member refused as stale
+// (raid.ErrStale) whose re-add failed there: the owner's periodic re-add
+// takes it up whatever its engine state (nothing else would: the
+// coordinator orders a resync only for a member whose node it saw go).
+// Caller holds s.mu.
+func (s *served) staleNotReadded(i int, reason string, err error) {
+	tr := readdOf(s)
+	tr.rejected[i] = true
+	tr.lastErr[i] = "refused as stale at assembly (" + reason + ") and its re-add failed: " + err.Error()
+	member := ""
+	if i >= 0 && i < len(s.cfg.Members) {
+		member = s.cfg.Members[i]
+	}
+	s.n.log.Warn("member refused as stale at assembly and not re-added; the owner retries", "array", s.cfg.Name, "member", member, "reason", reason, "err", err)
 }
