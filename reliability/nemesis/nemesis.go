@@ -531,7 +531,7 @@ func (e *env) waitHealthy(ctx context.Context, bound time.Duration) (time.Durati
 			}
 			if h, bad := campaign.Healthy(as); !h || len(as) != len(e.names) {
 				ok = false
-				last = append(last, fmt.Sprintf("node %s sees %v", n.Name, bad))
+				last = append(last, fmt.Sprintf("node %s sees %v%s", n.Name, bad, whyStuck(as)))
 			}
 		}
 		if ok {
@@ -546,6 +546,28 @@ func (e *env) waitHealthy(ctx context.Context, bound time.Duration) (time.Durati
 		}
 		sleep(ctx, time.Second)
 	}
+}
+
+// whyStuck names, for each array not active and optimal, the last action
+// the coordinator saw refused or failed and how often ("" when none): a
+// stuck array's line then says why nothing brought it back (nemesis seed
+// 2 in CI printed only "C2=stale").
+func whyStuck(as []api.Array) string {
+	var why []string
+	for _, a := range as {
+		if a.State != cluster.StateOptimal || a.Phase != "active" || a.Owner == "" {
+			if a.LastError != "" {
+				why = append(why, fmt.Sprintf("%s: %s (%d failures)", a.Name, a.LastError, a.Failures))
+			}
+			if a.Reason != "" {
+				why = append(why, fmt.Sprintf("%s: %s", a.Name, a.Reason))
+			}
+		}
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return " — " + strings.Join(why, "; ")
 }
 
 func sleep(ctx context.Context, d time.Duration) {
