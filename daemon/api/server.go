@@ -95,6 +95,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 			s.scrub(sc, w, r)
 		})))
 	}
+	if v, ok := b.(Volumer); ok {
+		s.volumeRoutes(v) // volumes.go
+	}
 	metrics := promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{Registry: opts.Metrics.Registry})
 	s.mux.Handle("GET /metrics", s.observe("/metrics", metrics))
 	s.mux.Handle("/", s.observe("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

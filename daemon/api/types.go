@@ -14,6 +14,7 @@
 //	POST /v1/drives/{id}/fail       mark a drive failed         [token]
 //	POST /v1/drives/{id}/replace    a failed drive was replaced [token]
 //	POST /v1/arrays/{name}/scrub[?repair=true]  the owner scrubs the array [token]
+//	GET|POST /v1/volumes...         volumes (volumes.go)        [token to change]
 //	GET  /metrics                   Prometheus text format
 //
 // Calls marked [token] mutate state and need "Authorization: Bearer

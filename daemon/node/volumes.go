@@ -190,6 +190,7 @@ func (n *Node) watchVolumes(ctx context.Context) {
 	if vs == nil {
 		return
 	}
+	var hosts hostsPublished
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
 		w := vs.Watch(wctx, 0)
@@ -199,6 +200,7 @@ func (n *Node) watchVolumes(ctx context.Context) {
 			if err := n.reconcileVolumes(ctx); err != nil && ctx.Err() == nil {
 				n.log.Warn("reconciling volumes failed; retried", "err", err)
 			}
+			n.publishHosts(ctx, &hosts)
 			select {
 			case <-ctx.Done():
 				break loop

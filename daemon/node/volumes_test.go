@@ -2,10 +2,13 @@ package node
 
 import (
 	"bytes"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"tier0/daemon/api"
 	"tier0/daemon/cluster"
 	"tier0/daemon/host"
 	"tier0/daemon/nvme"
@@ -168,5 +171,67 @@ func TestVolumesReconciled(t *testing.T) {
 	}
 	if _, _, err := vs.Find(ctx, "v1"); err == nil {
 		t.Fatal("v1 still recorded after every node removed it")
+	}
+}
+
+// TestDeleteVolumeNamesHolders: deleting a volume a host is connected to
+// and registered on is refused, naming the host and the node; with force it
+// is deleted. The implicit volume needs force even unused.
+func TestDeleteVolumeNamesHolders(t *testing.T) {
+	s := newTestSite(t)
+	s.do("A", "fence", cluster.Fence{Array: "x", Node: "A", NewEpoch: 1, Members: []string{"C1", "D1", "E1"}})
+	s.wantReport("A", "fence-done")
+	s.do("A", "assemble", cluster.Assemble{Array: "x", Node: "A", Epoch: 1})
+	s.wantReport("A", "assembled")
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
+	a := s.node("A")
+	ctx := t.Context()
+	if _, err := a.DeleteVolume(ctx, "x", false); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("delete of the implicit volume without force: %v", err)
+	}
+	if _, err := a.DeleteVolume(ctx, "x", true); err != nil {
+		t.Fatal(err)
+	}
+	vs := a.volumesStore()
+	for _, n := range a.nodeNames() {
+		if _, err := vs.Removed(ctx, "x", "x", n, a.nodeNames()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := a.CreateVolume(ctx, "v1", "x", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.reconcileVolumes(ctx); err != nil { // zeroed
+		t.Fatal(err)
+	}
+	if err := a.reconcileVolumes(ctx); err != nil { // served
+		t.Fatal(err)
+	}
+	const hostNQN = "nqn.2014-08.org.nvmexpress:uuid:holder"
+	c, err := host.Dial(ctx, a.me.AdvertiseAddr(a.me.Frontend), host.Options{SubNQN: s.cfg.SubsystemNQN("x"), HostNQN: hostNQN, HostID: derive16("holder"), IOQueues: 1, QueueDepth: 8, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns, err := c.Namespace(v.NSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Register(nvme.ResvRegister, 0, 0x77, false); err != nil {
+		t.Fatal(err)
+	}
+	a.publishHosts(ctx, &hostsPublished{})
+	_, err = a.DeleteVolume(ctx, "v1", false)
+	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), hostNQN+" connected through node A") || !strings.Contains(err.Error(), "reservation registrant") {
+		t.Fatalf("delete of a volume in use: %v, want a conflict naming %s on node A and its registration", err, hostNQN)
+	}
+	shown, err := a.Volume(ctx, "v1")
+	if err != nil || len(shown.Holders) != 2 {
+		t.Fatalf("show v1: holders %+v %v, want the connection and the registration", shown.Holders, err)
+	}
+	dv, err := a.DeleteVolume(ctx, "v1", true)
+	if err != nil || dv.State != string(store.VolumeDeleting) {
+		t.Fatalf("forced delete: %+v %v", dv, err)
 	}
 }
