@@ -50,8 +50,9 @@ type Row struct {
 	Theory     float64
 	TheoryText string
 	// BoundHealthy and BoundDegraded are, under the drive model, the
-	// fractions of the modelled drives' capacity the two figures reached
-	// (NaN: no model or no theory).
+	// fractions of the modelled drives' capacity the two figures reached,
+	// healthy and with one node lost (an efficiency row: the frontend and
+	// the block layer, healthy; NaN: no model or no theory).
 	BoundHealthy, BoundDegraded float64
 }
 
@@ -187,8 +188,11 @@ func Compare(res *bench.Results, ref *Reference) []Row {
 			fmt.Sprintf("%.1f%% (file system ÷ raw block)", 100*h.SeqWriteGiBs.FilesystemOverRawBlk)},
 	} {
 		v, why := ratio(res, bench.LayerFrontend, bench.Healthy, bench.LayerBlock, bench.Healthy, x.sc, false)
+		// Under the model both layers must reach it, or the ratio compares
+		// two CPU limits (BoundDegraded holds the block layer's here).
 		row := Row{Metric: x.metric, Group: "efficiency", Kind: Ratio, Seed: x.seed, SeedText: x.seedText,
-			Basis: "frontend ÷ block, healthy, " + x.sc, Theory: nan, BoundHealthy: nan, BoundDegraded: nan}
+			Basis: "frontend ÷ block, healthy, " + x.sc, Theory: nan,
+			BoundHealthy: boundAt(res, bench.LayerFrontend, bench.Healthy, x.sc), BoundDegraded: boundAt(res, bench.LayerBlock, bench.Healthy, x.sc)}
 		row.set(v, why)
 		add(row)
 	}

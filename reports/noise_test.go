@@ -170,3 +170,33 @@ func TestVerdictUnderTheModelNeedsModelBoundFigures(t *testing.T) {
 		t.Errorf("CPU-bound random writes: %s, %s; want not confirmed, not set by the model", o, p)
 	}
 }
+
+// TestEfficiencyUnderTheModelNeedsBothLayersBound: frontend ÷ block at
+// ≈100% confirms the seed's efficiency only when both layers reached the
+// modelled drives' capacity; two figures at 40% of it are two CPU limits,
+// and their ratio says nothing about the layers (issue 17: the CPU-bound
+// check covered retention and latency, not efficiency).
+func TestEfficiencyUnderTheModelNeedsBothLayersBound(t *testing.T) {
+	mk := func(front, block []float64) Row {
+		res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
+		res.Run.Model = &bench.ModelInfo{Profile: "p", Scale: 1, Drive: bench.DriveFigures{ReadBytesPerS: 1 << 20, WriteBytesPerS: 1 << 20, ReadIOPS: 100, WriteIOPS: 100}}
+		res.Failover = &bench.FailoverRecord{Node: "B"}
+		for _, a := range []string{"A", "B", "C", "D", "E"} {
+			res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
+			res.Failover.Arrays = append(res.Failover.Arrays, bench.ArrayFailover{Array: a, Moved: a == "B", Degraded: a != "B"})
+		}
+		// Sequential reads: 20 drives at 1 MiB/s, 20 MiB/s healthy.
+		res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioSeqRead1M, front, []float64{1000}))
+		res.Add(rep(bench.LayerBlock, bench.Healthy, bench.ScenarioSeqRead1M, block, []float64{1000}))
+		ref, _ := Seed()
+		return rowOf(t, Compare(res, ref), "Sequential read efficiency")
+	}
+	cpu := mk([]float64{7.9, 8, 8.1}, []float64{8, 8.1, 8.2})
+	if o, p := judge(cpu, true); o != NotConfirmed || !strings.Contains(p, "not set by the model (CPU-bound, not a finding): the frontend reached 40% and the block layer 40%") {
+		t.Errorf("both layers at 40%% of the model: %s, %s; want not confirmed, CPU-bound", o, p)
+	}
+	bound := mk([]float64{19, 19.2, 19.4}, []float64{19.1, 19.3, 19.5})
+	if o, p := judge(bound, true); o != Confirmed {
+		t.Errorf("both layers at 96%% of the model: %s, %s; want confirmed", o, p)
+	}
+}

@@ -115,14 +115,21 @@ func theoryBasis(scenario string) string {
 // (NaN when there is no model or no theory). Well below 1, something
 // else than the modelled drives set the figure.
 func boundBy(res *bench.Results, scenario string) (healthy, degraded float64) {
+	l := served(res, scenario, bench.Healthy, bench.Degraded)
+	return boundAt(res, l, bench.Healthy, scenario), boundAt(res, l, bench.Degraded, scenario)
+}
+
+// boundAt is the fraction of the modelled drives' capacity that layer's
+// figure reached in state (NaN without a model, a theory or the figure).
+func boundAt(res *bench.Results, layer bench.Layer, state bench.State, scenario string) float64 {
 	nan := math.NaN()
 	m := res.Run.Model
 	if m == nil {
-		return nan, nan
+		return nan
 	}
 	h, d, why := arrayRates(res, scenario)
 	if why != "" {
-		return nan, nan
+		return nan
 	}
 	unit, k := 1.0, bench.MetricIOPS
 	switch scenario {
@@ -133,13 +140,12 @@ func boundBy(res *bench.Results, scenario string) (healthy, degraded float64) {
 	case bench.ScenarioRandRead4K:
 		unit = m.Drive.ReadIOPS
 	}
-	l := served(res, scenario, bench.Healthy, bench.Degraded)
-	healthy, degraded = nan, nan
-	if mh, ok := res.Find(l, bench.Healthy, scenario); ok && h > 0 && unit > 0 {
-		healthy = mh.Spread(k).Median / (h * unit)
+	capacity := h
+	if state == bench.Degraded {
+		capacity = d
 	}
-	if md, ok := res.Find(l, bench.Degraded, scenario); ok && d > 0 && unit > 0 {
-		degraded = md.Spread(k).Median / (d * unit)
+	if mm, ok := res.Find(layer, state, scenario); ok && capacity > 0 && unit > 0 {
+		return mm.Spread(k).Median / (capacity * unit)
 	}
-	return healthy, degraded
+	return nan
 }
