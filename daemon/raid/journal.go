@@ -68,7 +68,11 @@ func (j *journal) unflushed(s int64) bool {
 }
 
 const (
-	entMagic       = "T0PPLENT"
+	// entMagic names the entry format. T0PPLEN2 added DataLo/DataHi (the
+	// byte range of the write inside the stripe's data), so that the
+	// partial parity can cover the unmodified rows of partly written
+	// chunks; entries of the first format (T0PPLENT) are not replayed.
+	entMagic       = "T0PPLEN2"
 	entZeroPartial = 1 << 0 // partial is all zeroes (whole stripe modified)
 	entHasPartial  = 1 << 1
 )
@@ -81,6 +85,8 @@ type entHeader struct {
 	Stripe     uint64
 	RowLo      uint32
 	RowHi      uint32
+	DataLo     uint32 // the write's byte range inside the stripe's data
+	DataHi     uint32
 	ModMask    uint64
 	Flags      uint32
 	Parity     uint32 // which parity this copy's partial is for
@@ -96,6 +102,7 @@ var entHeaderSize = binary.Size(entHeader{})
 // logEntry is one PPL record as the write path builds it.
 type logEntry struct {
 	stripe   int64
+	lo, hi   int64 // the write's byte range inside the stripe's data
 	rlo, rhi int64
 	mask     uint64
 	zero     bool
@@ -268,7 +275,7 @@ func (j *journal) end(e *logEntry) {
 func (j *journal) encode(e *logEntry, k int, tail uint64) *[]byte {
 	L := e.rhi - e.rlo
 	h := entHeader{UUID: j.a.uuid, Seq: e.seq, Tail: tail, Stripe: uint64(e.stripe), RowLo: uint32(e.rlo), RowHi: uint32(e.rhi),
-		ModMask: e.mask, Parity: uint32(k)}
+		DataLo: uint32(e.lo), DataHi: uint32(e.hi), ModMask: e.mask, Parity: uint32(k)}
 	copy(h.Magic[:], entMagic)
 	var payload int64
 	if e.zero {
@@ -321,15 +328,17 @@ func (h *entHeader) put(b []byte) {
 	le.PutUint64(b[40:], h.Stripe)
 	le.PutUint32(b[48:], h.RowLo)
 	le.PutUint32(b[52:], h.RowHi)
-	le.PutUint64(b[56:], h.ModMask)
-	le.PutUint32(b[64:], h.Flags)
-	le.PutUint32(b[68:], h.Parity)
-	le.PutUint32(b[72:], h.NMissing)
-	le.PutUint32(b[76:], h.Missing[0])
-	le.PutUint32(b[80:], h.Missing[1])
-	le.PutUint32(b[84:], h.PayloadLen)
-	le.PutUint32(b[88:], h.PayloadCRC)
-	le.PutUint32(b[92:], h.HeaderCRC)
+	le.PutUint32(b[56:], h.DataLo)
+	le.PutUint32(b[60:], h.DataHi)
+	le.PutUint64(b[64:], h.ModMask)
+	le.PutUint32(b[72:], h.Flags)
+	le.PutUint32(b[76:], h.Parity)
+	le.PutUint32(b[80:], h.NMissing)
+	le.PutUint32(b[84:], h.Missing[0])
+	le.PutUint32(b[88:], h.Missing[1])
+	le.PutUint32(b[92:], h.PayloadLen)
+	le.PutUint32(b[96:], h.PayloadCRC)
+	le.PutUint32(b[100:], h.HeaderCRC)
 }
 
 // debugf, when set (tests), traces log replay.
@@ -365,6 +374,7 @@ func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 			}
 			L := int64(h.RowHi) - int64(h.RowLo)
 			if L <= 0 || int64(h.RowHi) > a.geo.ChunkSize || int64(h.Stripe) >= a.geo.Stripes || h.NMissing > 2 || h.Parity > 1 ||
+				!a.entryRangeValid(&h) ||
 				int64(h.PayloadLen) != L*(int64(h.NMissing)+int64(h.Flags&entHasPartial)/entHasPartial) ||
 				int64(h.PayloadLen) > j.slotSize-metaBlock {
 				continue
@@ -455,14 +465,142 @@ func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 	return len(seqs), nil
 }
 
+// settleSegments handles, on RAID-6 with both parities in sync, the row
+// segments that a replay cannot apply because exactly one modified chunk
+// X there can be neither read nor taken from the entry. P and Q may then
+// be torn against each other (each of their blocks old or new), and a
+// second chunk Y of the segment missing too would be rebuilt from both:
+// garbage in rows that hold acknowledged data. So Y, which the write did
+// not modify, is taken from the partial parity of P (the parity of every
+// unmodified byte), X is defined by P and the other chunks (its blocks
+// old or new, as for any write in flight), and Q is rewritten to match.
+// It reports the segments it settled.
+func (j *journal) settleSegments(e *replayEntry, cuts []int64, cov []cover, data [][]byte) ([]bool, error) {
+	a := j.a
+	fixed := make([]bool, len(cuts))
+	if a.geo.Level != RAID6 {
+		return fixed, nil
+	}
+	s := int64(e.h.Stripe)
+	rlo := int64(e.h.RowLo)
+	nd := a.geo.DataDisks
+	pm, qm := a.member(a.parityRole(s, 0)), a.member(a.parityRole(s, 1))
+	if !a.inSync(pm, s) || !a.inSync(qm, s) {
+		return fixed, nil
+	}
+	covering := func(i int, x, y int64) bool {
+		return e.h.ModMask&(1<<i) != 0 && cov[i].a <= x && cov[i].b >= y
+	}
+	for c := 0; c+1 < len(cuts); c++ {
+		x, y := cuts[c], cuts[c+1]
+		nilMod, nNil, missU, nMissU := -1, 0, -1, 0
+		for i := 0; i < nd; i++ {
+			if covering(i, x, y) {
+				if data[i] == nil {
+					nilMod, nNil = i, nNil+1
+				}
+				continue
+			}
+			if !a.inSync(a.member(a.dataRole(s, i)), s) {
+				missU, nMissU = i, nMissU+1
+			}
+		}
+		if nNil != 1 || nMissU > 1 || (nMissU == 1 && e.partial[0] == nil) {
+			continue
+		}
+		n := int(y - x)
+		sh := make([][]byte, nd)
+		for i := 0; i < nd; i++ {
+			switch {
+			case i == nilMod || i == missU:
+			case covering(i, x, y):
+				sh[i] = data[i][x-rlo : y-rlo]
+			default:
+				buf := blockdev.AlignedBuffer(n)
+				if err := a.mread(a.member(a.dataRole(s, i)), buf, a.moff(s, x)); err != nil {
+					if errors.Is(err, errGone) {
+						sh = nil // a member went away meanwhile: left as it is
+						break
+					}
+					return fixed, err
+				}
+				sh[i] = buf
+			}
+		}
+		if sh == nil {
+			continue
+		}
+		if missU >= 0 {
+			yb := make([]byte, n)
+			copy(yb, e.partial[0][x-rlo:y-rlo])
+			for i := 0; i < nd; i++ {
+				if i != missU && i != nilMod && !covering(i, x, y) {
+					a.coder.mulXor(0, i, sh[i], yb)
+				}
+			}
+			sh[missU] = yb
+		}
+		xb := blockdev.AlignedBuffer(n)
+		if err := a.mread(pm, xb, a.moff(s, x)); err != nil {
+			if errors.Is(err, errGone) {
+				continue
+			}
+			return fixed, err
+		}
+		for i := 0; i < nd; i++ {
+			if i != nilMod {
+				a.coder.mulXor(0, i, sh[i], xb)
+			}
+		}
+		sh[nilMod] = xb
+		q := make([]byte, n)
+		for i := 0; i < nd; i++ {
+			a.coder.mulXor(1, i, sh[i], q)
+		}
+		if err := a.mwrite(qm, q, a.moff(s, x), false); err != nil && !errors.Is(err, errGone) {
+			return fixed, err
+		}
+		a.log.Warn("raid log entry settled in part: a modified chunk's member is gone; Q rewritten to match P", "stripe", s, "rows", fmt.Sprintf("%d-%d", x, y))
+		fixed[c] = true
+	}
+	return fixed, nil
+}
+
+// entryRangeValid reports whether h's byte range lies inside the stripe's
+// data and agrees with its modified-chunk mask and row range.
+func (a *Array) entryRangeValid(h *entHeader) bool {
+	lo, hi := int64(h.DataLo), int64(h.DataHi)
+	C := a.geo.ChunkSize
+	if lo >= hi || hi > int64(a.geo.DataDisks)*C {
+		return false
+	}
+	var mask uint64
+	rlo, rhi := C, int64(0)
+	for i := 0; i < a.geo.DataDisks; i++ {
+		cs := int64(i) * C
+		if x, y := max(lo, cs), min(hi, cs+C); x < y {
+			mask |= 1 << i
+			rlo, rhi = min(rlo, x-cs), max(rhi, y-cs)
+		}
+	}
+	return mask == h.ModMask && rlo == int64(h.RowLo) && rhi == int64(h.RowHi)
+}
+
 // apply recomputes the parity of one entry's rows from its partial and
-// the current data of the modified chunks.
+// the current data of the modified chunks. The partial parity covers
+// every byte of the rows that the write did not modify — also the
+// unmodified rows of a partly written chunk — so each modified chunk
+// contributes only the rows it covers. The rows are applied in segments
+// with one set of covering chunks each: a segment whose modified chunk
+// can be neither read nor taken from the entry is left as it is (only
+// that chunk's in-flight rows lie there), the others are made consistent.
 func (j *journal) apply(e *replayEntry) error {
 	a := j.a
 	s := int64(e.h.Stripe)
 	rlo, rhi := int64(e.h.RowLo), int64(e.h.RowHi)
+	lo, hi := int64(e.h.DataLo), int64(e.h.DataHi)
 	L := rhi - rlo
-	nd := a.geo.DataDisks
+	nd, C := a.geo.DataDisks, a.geo.ChunkSize
 	// A member away at assembly that is caught up by the stripes written
 	// while it is away (member.since) must count this one when it holds
 	// a parity chunk (not rewritten here) or a modified data chunk (the
@@ -473,11 +611,16 @@ func (j *journal) apply(e *replayEntry) error {
 			noteMissedOn(a.member(a.shardRole(s, x)), s)
 		}
 	}
+	cov := make([]cover, nd)
+	cuts := []int64{rlo, rhi}
 	data := make([][]byte, nd)
 	for i := 0; i < nd; i++ {
 		if e.h.ModMask&(1<<i) == 0 {
 			continue
 		}
+		cs := int64(i) * C
+		cov[i] = cover{max(lo, cs) - cs, min(hi, cs+C) - cs}
+		cuts = append(cuts, cov[i].a, cov[i].b)
 		m := a.member(a.dataRole(s, i))
 		if !a.inSync(m, s) {
 			data[i] = e.missing[i] // nil when not logged
@@ -492,6 +635,12 @@ func (j *journal) apply(e *replayEntry) error {
 		}
 		data[i] = buf
 	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	fixed, err := j.settleSegments(e, cuts, cov, data)
+	if err != nil {
+		return err
+	}
 	for k := 0; k < a.geo.ParityDisks; k++ {
 		pm := a.member(a.parityRole(s, k))
 		if !a.inSync(pm, s) || (e.partial[k] == nil && !e.zero) {
@@ -501,22 +650,49 @@ func (j *journal) apply(e *replayEntry) error {
 		if !e.zero {
 			copy(acc, e.partial[k])
 		}
-		ok := true
-		for i := 0; i < nd; i++ {
-			if e.h.ModMask&(1<<i) == 0 {
+		runLo := int64(-1) // start of the run of applicable segments
+		flush := func(end int64) error {
+			if runLo < 0 {
+				return nil
+			}
+			x := runLo
+			runLo = -1
+			if err := a.mwrite(pm, acc[x-rlo:end-rlo], a.moff(s, x), false); err != nil && !errors.Is(err, errGone) {
+				return err
+			}
+			return nil
+		}
+		for c := 0; c+1 < len(cuts); c++ {
+			x, y := cuts[c], cuts[c+1]
+			if fixed[c] {
+				if err := flush(x); err != nil {
+					return err
+				}
 				continue
 			}
-			if data[i] == nil {
-				ok = false
-				break
+			ok := true
+			for i := 0; i < nd; i++ {
+				if e.h.ModMask&(1<<i) == 0 || cov[i].a > x || cov[i].b < y {
+					continue
+				}
+				if data[i] == nil {
+					ok = false
+					break
+				}
+				a.coder.mulXor(k, i, data[i][x-rlo:y-rlo], acc[x-rlo:y-rlo])
 			}
-			a.coder.mulXor(k, i, data[i], acc)
+			if !ok {
+				a.log.Warn("raid log entry applied in part: a modified chunk's member is gone", "stripe", s, "parity", k, "rows", fmt.Sprintf("%d-%d", x, y))
+				if err := flush(x); err != nil {
+					return err
+				}
+				continue
+			}
+			if runLo < 0 {
+				runLo = x
+			}
 		}
-		if !ok {
-			a.log.Warn("raid log entry cannot be applied: a modified chunk's member is gone", "stripe", s, "parity", k)
-			continue
-		}
-		if err := a.mwrite(pm, acc, a.moff(s, rlo), false); err != nil && !errors.Is(err, errGone) {
+		if err := flush(rhi); err != nil {
 			return err
 		}
 	}

@@ -171,7 +171,7 @@ func (a *Array) planFullStripe(w *stripeWork) {
 	a.coder.encodeShards(sh)
 	if a.logOn && (a.jl.needsMarker(p.s) || fragile(p.data())) {
 		w.logged = true
-		w.ent = logEntry{stripe: p.s, rlo: 0, rhi: C, mask: p.mask, zero: true}
+		w.ent = logEntry{stripe: p.s, lo: p.lo, hi: p.hi, rlo: 0, rhi: C, mask: p.mask, zero: true}
 		logFragile(&w.ent, p.data(), sh[:nd])
 	}
 	for i := 0; i < nd; i++ {
@@ -263,7 +263,8 @@ func (a *Array) planPartial(w *stripeWork) error {
 	}
 	if a.logOn {
 		w.logged = true
-		w.ent = logEntry{stripe: s, rlo: p.rlo, rhi: p.rhi, mask: p.mask}
+		a.addUncovered(p, w.partial, cols)
+		w.ent = logEntry{stripe: s, lo: p.lo, hi: p.hi, rlo: p.rlo, rhi: p.rhi, mask: p.mask}
 		copy(w.ent.partial[:], w.partial[:np])
 		logFragile(&w.ent, p.data(), cols)
 	}
@@ -276,6 +277,32 @@ func (a *Array) planPartial(w *stripeWork) error {
 		w.write(p.pm[k], w.shards[nd+k], a.moff(s, p.rlo))
 	}
 	return nil
+}
+
+// addUncovered adds to the partial parity the rows of each partly written
+// chunk that the write leaves as they are (cols holds their content over
+// the row range), so that the partial covers every unmodified byte of the
+// rows: a replay then needs a modified chunk's content only where the
+// write covers it, and a partly written chunk whose member is gone at
+// the replay keeps its untouched rows.
+func (a *Array) addUncovered(p *stripePlan, partial [2][]byte, cols [][]byte) {
+	for i := 0; i < p.nd; i++ {
+		if !p.touched(i) || p.covers(i) {
+			continue
+		}
+		c := p.cov[i]
+		for k := 0; k < p.np; k++ {
+			if partial[k] == nil {
+				continue
+			}
+			if c.a > p.rlo {
+				a.coder.mulXor(k, i, cols[i][:c.a-p.rlo], partial[k][:c.a-p.rlo])
+			}
+			if c.b < p.rhi {
+				a.coder.mulXor(k, i, cols[i][c.b-p.rlo:], partial[k][c.b-p.rlo:])
+			}
+		}
+	}
 }
 
 // planDegraded updates a stripe with a member out of sync: read every
@@ -318,6 +345,7 @@ func (a *Array) planDegraded(w *stripeWork) error {
 			}
 		}
 	}
+	a.addUncovered(p, w.partial, cols)
 	for i := 0; i < nd; i++ {
 		if p.touched(i) {
 			copy(cols[i][p.cov[i].a-p.rlo:], p.newBytes(i))
@@ -329,7 +357,7 @@ func (a *Array) planDegraded(w *stripeWork) error {
 	a.coder.encodeShards(sh)
 	if a.logOn && p.presentParity > 0 {
 		w.logged = true
-		w.ent = logEntry{stripe: s, rlo: p.rlo, rhi: p.rhi, mask: p.mask, missing: map[int][]byte{}}
+		w.ent = logEntry{stripe: s, lo: p.lo, hi: p.hi, rlo: p.rlo, rhi: p.rhi, mask: p.mask, missing: map[int][]byte{}}
 		for k := 0; k < np; k++ {
 			if p.pin[k] {
 				w.ent.partial[k] = w.partial[k]
