@@ -46,6 +46,7 @@ func newRootCmdWith(o *rootOptions) *cobra.Command {
 	root.AddCommand(
 		newStatusCmd(o),
 		newArrayCmd(o),
+		newVolumeCmd(o),
 		newNodeCmd(o),
 		newDriveCmd(o),
 		newEventsCmd(o),
