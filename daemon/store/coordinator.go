@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -63,3 +65,39 @@ func (c *Coordinator) Done() <-chan struct{} { return c.sess.Done() }
 
 // Close ends the candidacy and revokes the session.
 func (c *Coordinator) Close() error { return c.sess.Close() }
+
+// ElectionGuard is the Guard of a candidate that won the election whose
+// key is key, created at revision rev (concurrency.Election Key and Rev):
+// it holds while that candidacy leads. A write made under it by a
+// coordinator that was superseded — one frozen past its session, whose
+// request the store applies late — is refused.
+func ElectionGuard(key string, rev int64) Guard {
+	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
+	return &cmp
+}
+
+// PutGuarded is Put made only while guard holds (nil: always); a failed
+// guard gives an error wrapping ErrNotLeader and writes nothing.
+func (s *Store) PutGuarded(ctx context.Context, guard Guard, sec Section, kind, name string, v any) (int64, error) {
+	if guard == nil {
+		return s.Put(ctx, sec, kind, name, v)
+	}
+	if err := validName("kind", kind); err != nil {
+		return 0, err
+	}
+	if err := validName("name", name); err != nil {
+		return 0, err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s/%s/%s: %w", sec, kind, name, err)
+	}
+	resp, err := s.cli.Txn(ctx).If(*guard).Then(clientv3.OpPut(s.key(string(sec), kind, name), string(b))).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("write %s/%s/%s: %w", sec, kind, name, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("write %s/%s/%s refused: the writer's election key changed (another coordinator leads): %w", sec, kind, name, ErrNotLeader)
+	}
+	return resp.Header.Revision, nil
+}
