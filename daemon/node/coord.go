@@ -97,8 +97,9 @@ func (n *Node) coordinatorTerm(ctx context.Context) error {
 	}()
 	n.mu.Lock()
 	n.coord = true
+	n.lastView = "" // a new term publishes its view at once
 	n.mu.Unlock()
-	err = n.coordinate(cctx)
+	err = n.coordinate(withViewGuard(cctx, store.ElectionGuard(el.Key(), el.Rev())))
 	if err != nil && cctx.Err() == nil {
 		n.log.Warn("coordinator stopped", "err", err)
 	} else {
@@ -174,6 +175,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 	reports := n.watchReports(ctx)
 	tick := n.clk().NewTicker(n.opts.Tick)
 	defer tick.Stop()
+	refreshed := n.clk().Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -203,6 +205,12 @@ func (n *Node) coordinate(ctx context.Context) error {
 			m.Tick()
 			for name := range live {
 				step(cluster.Heartbeat{Node: name})
+			}
+			if now := n.clk().Now(); now.Sub(refreshed) >= viewRefresh {
+				refreshed = now
+				n.mu.Lock()
+				n.lastView = "" // written again below, changed or not
+				n.mu.Unlock()
 			}
 		}
 		cour.dispatch(ctx, m)
@@ -436,9 +444,24 @@ type clusterView struct {
 	Arrays      []cluster.ArrayView `json:"arrays"`
 }
 
+//
+// It is written under the term's election (withViewGuard): a coordinator
+// superseded while its write was in flight (frozen past its session, the
+// store applying its request late) must not replace the view of the one
+// that took over, which publishes only when its decisions change
+// (nemesis seed 2: "C2=stale" seen by every node for 120 s).
 func (n *Node) publishView(ctx context.Context, m *cluster.Machine) {
+	guard, _ := ctx.Value(viewGuardKey{}).(store.Guard)
 	n.publishViewTo(m, func(v clusterView) error {
-		_, err := n.st.Put(ctx, store.Observed, "cluster", "view", v)
+		var err error
+		if gp, ok := n.st.(guardedPutter); ok && guard != nil {
+			_, err = gp.PutGuarded(ctx, guard, store.Observed, "cluster", "view", v)
+		} else {
+			_, err = n.st.Put(ctx, store.Observed, "cluster", "view", v) // a store without elections (the simulation's)
+		}
+		if errors.Is(err, store.ErrNotLeader) {
+			n.log.Info("view not published: this node is not the coordinator any more", "err", err)
+		}
 		return err
 	})
 }
@@ -505,3 +528,23 @@ func (n *Node) watchReports(ctx context.Context) <-chan report {
 	}()
 	return out
 }
+
+// viewGuardKey carries, in a coordinator term's context, the Guard of its
+// election: the view is written under it (publishView).
+type viewGuardKey struct{}
+
+// withViewGuard returns ctx carrying g for publishView.
+func withViewGuard(ctx context.Context, g store.Guard) context.Context {
+	return context.WithValue(ctx, viewGuardKey{}, g)
+}
+
+// guardedPutter is the etcd store's write under a Guard.
+type guardedPutter interface {
+	PutGuarded(ctx context.Context, guard store.Guard, sec store.Section, kind, name string, v any) (int64, error)
+}
+
+// viewRefresh: the coordinator writes its view again at least this often
+// even when its decisions did not change, so that a view written by
+// anything else (a superseded coordinator's late write, say) does not
+// stand.
+const viewRefresh = 10 * time.Second
