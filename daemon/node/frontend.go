@@ -54,11 +54,13 @@ type served struct {
 	// cluster store (resvstate.go); nil without a store (the target's own).
 	resv target.ReservationBackend
 
-	// volMu guards the namespaces served for the array's volumes
-	// (volumes.go): implicit is whether NSID 1 spanning the whole array is
-	// served (the pool has no volume records), vols the carved volumes'
-	// windows by NSID.
+	// volMu serializes the reconcile passes of the array's volumes
+	// (volumes.go), which may zero extents for a long time; volIDs guards
+	// what they serve, changed under both: implicit is whether NSID 1
+	// spanning the whole array is served (the pool has no volume records),
+	// vols the carved volumes' windows by NSID.
 	volMu    sync.Mutex
+	volIDs   sync.Mutex
 	implicit bool
 	vols     map[uint32]*window
 }

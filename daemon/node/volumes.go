@@ -253,9 +253,11 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 	s.volMu.Lock()
 	defer s.volMu.Unlock()
 	n, t := s.n, s.n.frontend
+	s.volIDs.Lock()
 	if s.vols == nil {
 		s.vols = map[uint32]*window{}
 	}
+	s.volIDs.Unlock()
 	if p.Capacity != s.gate.size || p.BlockSize != s.gate.bs {
 		return fmt.Errorf("volume table made for capacity %d / block size %d, the array has %d / %d; its volumes are not served here", p.Capacity, p.BlockSize, s.gate.size, s.gate.bs)
 	}
@@ -272,7 +274,9 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 		if err := t.RemoveNamespace(s.nqn, frontendNSID); err != nil && !errors.Is(err, target.ErrNotFound) {
 			errs = append(errs, err)
 		} else {
+			s.volIDs.Lock()
 			s.implicit = false
+			s.volIDs.Unlock()
 		}
 	}
 	// gone or deleting
@@ -284,7 +288,9 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 			errs = append(errs, err)
 			continue
 		}
+		s.volIDs.Lock()
 		delete(s.vols, id)
+		s.volIDs.Unlock()
 	}
 	me := n.me.Name
 	for i := range p.Volumes {
@@ -317,7 +323,9 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 				errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
 				continue
 			}
+			s.volIDs.Lock()
 			s.vols[id] = w
+			s.volIDs.Unlock()
 			n.log.Info("volume served", "array", s.cfg.Name, "volume", v.Name, "nsid", id, "size", v.Size)
 			continue
 		}
@@ -329,10 +337,21 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 			n.log.Info("volume grown", "array", s.cfg.Name, "volume", v.Name, "nsid", id, "size", v.Size)
 		}
 	}
-	// the owner zeroes new extents before they are exposed
-	if s.runEpoch.Load() != 0 && s.gate.refused() == nil {
-		for i := range p.Volumes {
-			v := &p.Volumes[i]
+	// The owner zeroes new extents before they are exposed, on a table
+	// read now, under volMu: a pass that read the table before an earlier
+	// one recorded the zeroing must not zero bytes a host may have written
+	// since.
+	if s.runEpoch.Load() != 0 && s.gate.refused() == nil && slices.ContainsFunc(p.Volumes, func(v store.Volume) bool {
+		return v.State == store.VolumeCreating || v.State == store.VolumeGrowing
+	}) {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		fresh, err := vs.Pool(rctx, p.Name)
+		cancel()
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		for i := range fresh.Volumes {
+			v := &fresh.Volumes[i]
 			if v.State != store.VolumeCreating && v.State != store.VolumeGrowing {
 				continue
 			}
@@ -341,7 +360,7 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 				continue
 			}
 			uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if _, err := vs.Zeroed(uctx, p.Name, v.Name, v.Pending); err != nil && !errors.Is(err, store.ErrConflict) {
+			if _, err := vs.Zeroed(uctx, fresh.Name, v.Name, v.Pending); err != nil && !errors.Is(err, store.ErrConflict) {
 				// (a conflict: another pass or owner recorded it first)
 				errs = append(errs, err)
 			}
@@ -365,9 +384,9 @@ func (s *served) zero(ext []store.Extent) error {
 // syncReservations brings the target's copy of the hosts' reservations
 // of every namespace the array serves here up to the store's.
 func (s *served) syncReservations() error {
-	s.volMu.Lock()
+	s.volIDs.Lock()
 	implicit := s.implicit
-	s.volMu.Unlock()
+	s.volIDs.Unlock()
 	if implicit {
 		if err := s.syncReservation(); err != nil {
 			return err
@@ -384,12 +403,12 @@ func (s *served) syncVolumeReservations() error {
 	if !ok || s.n.frontend == nil {
 		return nil
 	}
-	s.volMu.Lock()
+	s.volIDs.Lock()
 	ids := make([]uint32, 0, len(s.vols))
 	for id := range s.vols {
 		ids = append(ids, id)
 	}
-	s.volMu.Unlock()
+	s.volIDs.Unlock()
 	for _, id := range ids {
 		st, err := b.Load(s.nqn, id)
 		if err != nil {
