@@ -61,6 +61,10 @@ type Array struct {
 	fgOps      atomic.Int64
 	fgInflight atomic.Int64
 	rr         atomic.Uint64
+
+	// fgLatSum/fgLatN: total time (ns) and number of the foreground
+	// requests done, kept with Policy.Adaptive (io.go, pace.go).
+	fgLatSum, fgLatN atomic.Int64
 }
 
 func (p *Policy) defaults() {
