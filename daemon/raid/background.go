@@ -162,7 +162,7 @@ type progress struct {
 	role   int
 	start  time.Time
 	lastEv time.Time
-	lastFg int64
+	pace   pacer
 	done   int64
 	total  int64
 }
@@ -194,16 +194,8 @@ func (p *progress) step(n int64) bool {
 	a := p.a
 	p.done += n
 	if a.pol.Adaptive {
-		// Yield while foreground I/O is running; bounded (2 ms per
-		// chunk) so that the background work always advances.
-		for i := 0; i < 2; i++ {
-			fg := a.fgOps.Load()
-			if a.fgInflight.Load() == 0 && fg == p.lastFg {
-				break
-			}
-			p.lastFg = fg
-			a.clock.Sleep(time.Millisecond)
-		}
+		// Pause as the foreground's latency asks (pace.go).
+		p.pace.pause(a)
 	}
 	if rate := a.pol.RebuildRate; rate > 0 {
 		want := time.Duration(float64(p.done) / (rate * (1 << 20)) * float64(time.Second))
@@ -371,7 +363,7 @@ func (a *Array) rebuild(role int) error {
 		if a.geo.Level == RAID5 || a.geo.Level == RAID6 {
 			// Consecutive stripes that need it, as one batch.
 			e := s + 1
-			for e < min(s+rebuildBatch, a.geo.Stripes) && m.needs(e, rs) {
+			for e < min(s+rebuildBatch*rebuildDepth, a.geo.Stripes) && m.needs(e, rs) {
 				e++
 			}
 			n, err := a.rebuildRun(m, s, e)

@@ -30,7 +30,7 @@ func (a *Array) ReadAt(p []byte, off int64) (int, error) {
 		return 0, nil
 	}
 	a.fgBegin()
-	defer a.fgEnd()
+	defer a.fgDone(a.fgStart())
 	var err error
 	if a.geo.Level == RAID1 {
 		err = a.readMirror(p, off)
@@ -203,7 +203,7 @@ func (a *Array) write(p []byte, off int64, fua bool) (int, error) {
 		return 0, nil
 	}
 	a.fgBegin()
-	defer a.fgEnd()
+	defer a.fgDone(a.fgStart())
 	if err := a.markDirty(); err != nil {
 		return 0, err
 	}

@@ -29,7 +29,8 @@ type readWork struct {
 	locks   []int
 	req     []bool
 	sc      scratch
-	avoid   *member // read around this member (a slow read, hedge.go)
+	avoid   *member        // read around this member (a slow read, hedge.go)
+	rb      [2]rebuildPart // a rebuild run's steps (rebuild.go)
 }
 
 // recon is one missing piece: dst = XOR of srcs[first:end].
@@ -44,6 +45,8 @@ func getReadWork() *readWork { return readPool.Get().(*readWork) }
 
 func (rw *readWork) release() {
 	rw.sc.release()
+	rw.rb[0].reset()
+	rw.rb[1].reset()
 	clear(rw.spans)
 	clear(rw.slow)
 	clear(rw.general)
