@@ -23,7 +23,8 @@ import (
 //	SeqRead      1 MiB reads / aggregate member reads of the same bytes (≥0.95)
 //	SeqWrite     full-stripe writes / (data fraction × aggregate member writes) (≥0.85)
 //	RandWrite    4 KiB random write IOPS / (member IOPS ÷ 4 RAID-5, ÷ 6 RAID-6) (≥0.8)
-//	Degraded     degraded / healthy: 1 MiB seq read (≥0.75), 4 KiB random read (≥0.8)
+//	Degraded     degraded / healthy: 1 MiB seq read (≥0.75), 4 KiB random read (≥0.8;
+//	             its member-read bound, 4k-read-bound, is 0.67 for 3+1)
 //	Encode       parity encode per core / reedsolomon called directly (≥0.9)
 //	Rebuild      rebuild MB/s alone and under foreground load against one
 //	             member's sequential write MB/s (≥0.5), and the
@@ -406,6 +407,15 @@ func BenchmarkDegraded(b *testing.B) {
 				b.ReportMetric(hs.Seconds()/ds2.Seconds(), "seq-ratio")
 				b.ReportMetric(float64(rops)/dr.Seconds(), "degraded-4k-IOPS")
 				b.ReportMetric(hr.Seconds()/dr.Seconds(), "4k-ratio")
+				// The member-read bound of that ratio: 1/n of the data is
+				// on the failed member and a 4 KiB piece of it costs n-1
+				// reads (the other data chunks and P), the rest one read,
+				// so (1 + (n-2)/n) member reads per request against 1
+				// (0.67 for 3+1).
+				n := float64(len(ds))
+				bound := 1 / (1 + (n-2)/n)
+				b.ReportMetric(bound, "4k-read-bound")
+				b.ReportMetric(hr.Seconds()/dr.Seconds()/bound, "4k-of-bound")
 				b.ReportMetric(float64(dlat-hlat)/float64(time.Microsecond), "4k-lat-change-µs")
 			}
 		})
