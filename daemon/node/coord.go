@@ -444,6 +444,7 @@ type clusterView struct {
 	Arrays      []cluster.ArrayView `json:"arrays"`
 }
 
+// publishView writes the machine's view for the API (publishViewTo).
 //
 // It is written under the term's election (withViewGuard): a coordinator
 // superseded while its write was in flight (frozen past its session, the

@@ -317,6 +317,7 @@ func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
 		return
 	}
 	if _, err := n.ownsAt(ctx, s.cfg.Name, s.epoch); err != nil {
+		n.log.Info("members not active, not re-added: ownership not confirmed", "array", s.cfg.Name, "members", len(want), "err", err)
 		return
 	}
 	// A drive the coordinator holds failed or replaced (the operator's
@@ -358,17 +359,13 @@ func (n *Node) readdMissingLocked(ctx context.Context, s *served) {
 			return
 		}
 		if err != nil {
-			tr.failed(i, now, "not reachable yet: "+err.Error())
-			n.log.Info("member not active and not reachable yet; retrying", "array", s.cfg.Name, "member", drive,
-				"attempt", tr.fails[i], "next", tr.next[i].Sub(now), "err", err)
+			n.readdFailed(s, tr, i, now, "not reachable yet: "+err.Error())
 			continue
 		}
 		s.members[i], s.ctrls[i] = ns, c
 		if err := s.array.ReAdd(i, ns); err != nil {
 			s.dropMember(i)
-			tr.failed(i, now, "re-add refused: "+err.Error())
-			n.log.Warn("member reachable again but not re-added; retrying", "array", s.cfg.Name, "member", drive,
-				"attempt", tr.fails[i], "next", tr.next[i].Sub(now), "err", err)
+			n.readdFailed(s, tr, i, now, "re-add refused: "+err.Error())
 			continue
 		}
 		tr.forget(i)
@@ -411,10 +408,26 @@ func readdOf(s *served) *readdTries {
 	return tr
 }
 
-func (tr *readdTries) failed(i int, now time.Time, why string) {
+// failed records a failed try of member i and reports whether why is new
+// (not the last try's reason).
+func (tr *readdTries) failed(i int, now time.Time, why string) bool {
 	tr.fails[i]++
 	tr.next[i] = now.Add(min(readdRetry<<min(tr.fails[i]-1, 16), readdRetryMax))
+	changed := tr.lastErr[i] != why
 	tr.lastErr[i] = why
+	return changed
+}
+
+// readdFailed records a failed re-add of member i (log; the event log, where
+// `tier0 events` shows it, when the reason is new).
+func (n *Node) readdFailed(s *served, tr *readdTries, i int, now time.Time, why string) {
+	drive := s.cfg.Members[i]
+	changed := tr.failed(i, now, why)
+	n.log.Warn("member not active and not re-added yet; the owner retries", "array", s.cfg.Name, "member", drive,
+		"attempt", tr.fails[i], "next", tr.next[i].Sub(now), "reason", why)
+	if changed {
+		n.recordEvent("member-not-readded", s.cfg.Name, s.epoch, fmt.Sprintf("%s: %s (attempt %d; the owner retries in %s)", drive, why, tr.fails[i], tr.next[i].Sub(now)))
+	}
 }
 
 func (tr *readdTries) forget(i int) {
