@@ -531,7 +531,8 @@ func (n *Node) watchReports(ctx context.Context) <-chan report {
 }
 
 // viewGuardKey carries, in a coordinator term's context, the Guard of its
-// election: the view is written under it (publishView).
+// election: the view (publishView) and the tasks (sendTask) are written
+// under it.
 type viewGuardKey struct{}
 
 // withViewGuard returns ctx carrying g for publishView.

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"context"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"tier0/daemon/cluster"
@@ -20,18 +22,7 @@ func TestSupersededCoordinatorCannotOverwriteView(t *testing.T) {
 	s := newTestSite(t)
 	n := s.node("A")
 	ctx := t.Context()
-	cli := s.st.Client()
-	elect := func(who string) (*concurrency.Election, *concurrency.Session) {
-		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		el := concurrency.NewElection(sess, n.key("coordinator-view-test"))
-		if err := el.Campaign(ctx, who); err != nil {
-			t.Fatal(err)
-		}
-		return el, sess
-	}
+	oldCtx, newCtx := supersede(t, s)
 	machine := func(nodes ...string) *cluster.Machine {
 		m, err := cluster.New(cluster.Config{}, nil)
 		if err != nil {
@@ -44,13 +35,6 @@ func TestSupersededCoordinatorCannotOverwriteView(t *testing.T) {
 		}
 		return m
 	}
-	oldEl, oldSess := elect("old")
-	oldCtx := withViewGuard(ctx, store.ElectionGuard(oldEl.Key(), oldEl.Rev()))
-	oldSess.Close() // the old coordinator's session ends (its lease expired)
-	newEl, newSess := elect("new")
-	defer newSess.Close()
-	newCtx := withViewGuard(ctx, store.ElectionGuard(newEl.Key(), newEl.Rev()))
-
 	forget := func() { n.mu.Lock(); n.lastView = ""; n.mu.Unlock() }
 	forget()
 	n.publishView(newCtx, machine("P"))
@@ -63,4 +47,54 @@ func TestSupersededCoordinatorCannotOverwriteView(t *testing.T) {
 	if len(got.Nodes) != 1 || got.Nodes[0].Name != "P" {
 		t.Fatalf("published view has nodes %+v: the superseded coordinator's write replaced the current one's (want only P)", got.Nodes)
 	}
+}
+
+// Nor may it hand out tasks: its decisions are void (the performer checks
+// the epoch too, but a superseded machine's orders are noise at best).
+func TestSupersededCoordinatorSendsNoTask(t *testing.T) {
+	s := newTestSite(t)
+	n := s.node("A")
+	oldCtx, newCtx := supersede(t, s)
+	prefix := n.key("tasks", "Z") + "/"
+	count := func() int64 {
+		resp, err := s.st.Client().Get(t.Context(), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	act := cluster.Resync{Array: "x", Node: "Z", Member: "C1", Epoch: 7}
+	if err := n.sendTask(newCtx, act); err != nil || count() != 1 {
+		t.Fatalf("the current coordinator's task: err %v, %d tasks queued for Z, want nil and 1", err, count())
+	}
+	err := n.sendTask(oldCtx, act)
+	if got := count(); err == nil || got != 1 {
+		t.Fatalf("the superseded coordinator's task: err %v, %d tasks queued for Z: want an error and still 1", err, got)
+	}
+}
+
+// supersede elects one candidate, ends its session, elects another, and
+// returns the contexts of the old (superseded) and the new coordinator.
+func supersede(t *testing.T, s *testSite) (oldCtx, newCtx context.Context) {
+	t.Helper()
+	n := s.node("A")
+	ctx := t.Context()
+	cli := s.st.Client()
+	elect := func(who string) (*concurrency.Election, *concurrency.Session) {
+		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		el := concurrency.NewElection(sess, n.key("coordinator-view-test"))
+		if err := el.Campaign(ctx, who); err != nil {
+			t.Fatal(err)
+		}
+		return el, sess
+	}
+	oldEl, oldSess := elect("old")
+	oldCtx = withViewGuard(ctx, store.ElectionGuard(oldEl.Key(), oldEl.Rev()))
+	oldSess.Close() // the old coordinator's session ends (its lease expired)
+	newEl, newSess := elect("new")
+	t.Cleanup(func() { newSess.Close() })
+	return oldCtx, withViewGuard(ctx, store.ElectionGuard(newEl.Key(), newEl.Rev()))
 }

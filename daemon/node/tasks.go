@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"tier0/daemon/cluster"
+	"tier0/daemon/store"
 )
 
 // The task protocol. The coordinator writes each action addressed to a
@@ -106,7 +107,17 @@ func (n *Node) sendTask(ctx context.Context, a cluster.Action) error {
 		return err
 	}
 	b, _ := json.Marshal(task{Kind: kind, Action: raw})
-	_, err = n.st.Client().Put(ctx, n.key("tasks", a.Performer(), seq()), string(b))
+	key := n.key("tasks", a.Performer(), seq())
+	// Under the coordinator term's election (withViewGuard): a coordinator
+	// superseded while it was frozen hands out nothing once it thaws.
+	if guard, _ := ctx.Value(viewGuardKey{}).(store.Guard); guard != nil {
+		resp, err := n.st.Client().Txn(ctx).If(*guard).Then(clientv3.OpPut(key, string(b))).Commit()
+		if err == nil && !resp.Succeeded {
+			err = fmt.Errorf("task %s for %s refused: this node is not the coordinator any more: %w", kind, a.Performer(), store.ErrNotLeader)
+		}
+		return err
+	}
+	_, err = n.st.Client().Put(ctx, key, string(b))
 	return err
 }
 
