@@ -21,8 +21,10 @@ import "time"
 // paceKeep is the foreground throughput fraction the pacing keeps.
 const paceKeep = 0.8
 
-// paceMax bounds one pause (background work always advances).
-const paceMax = 200 * time.Millisecond
+// paceMax bounds one pause. The formula itself pauses at most
+// paceKeep/(1−paceKeep) = 4 steps' time, so background work always
+// advances; the bound only keeps a very long step from pausing for long.
+const paceMax = 2 * time.Second
 
 func (a *Array) fgStart() time.Time {
 	if !a.pol.Adaptive {

@@ -56,7 +56,7 @@ func (c *sleepClock) Sleep(d time.Duration) {
 // pause at all without foreground requests.
 func TestRebuildPacedByForegroundLatency(t *testing.T) {
 	for _, fg := range []bool{true, false} {
-		ms := newMems(4, 4<<20)
+		ms := newMems(4, 2<<20)
 		ds := make([]blockdev.Device, 4)
 		for i := range ds {
 			ds[i] = &queueDev{Device: ms[i], perByte: 100 * time.Nanosecond, fixed: time.Millisecond}
@@ -92,7 +92,7 @@ func TestRebuildPacedByForegroundLatency(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond) // the foreground runs before the rebuild starts
 		}
-		nd := &queueDev{Device: blockdev.NewMem(4<<20, 512), from: g.DataOffset, perByte: 100 * time.Nanosecond, fixed: time.Millisecond}
+		nd := &queueDev{Device: blockdev.NewMem(2<<20, 512), from: g.DataOffset, perByte: 100 * time.Nanosecond, fixed: time.Millisecond}
 		t0 := time.Now()
 		if err := a.Replace(2, nd); err != nil {
 			t.Fatal(err)
