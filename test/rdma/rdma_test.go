@@ -87,6 +87,72 @@ echo "PASS tier0 fabric io --transport rdma: 8 MiB written and verified"
 /harness/rdmaguest -mode portloss -addr 10.0.2.15:4420 -nqn $NQN -remove "rm $C/ports/1/subsystems/$NQN" -readd "ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN" || fail "port loss"
 # tier0's own listener and the target-side RDMA READ/WRITE
 /harness/rdmaguest -mode loopback -addr 10.0.2.15:4430 || fail "tier0 RDMA loopback"
+# tier0's NVMe/RDMA target, Linux's nvme-rdma host
+find_dev() {  # $1 = NQN: the one block device of that subsystem
+    dev=
+    for i in $(seq 1 100); do
+        for b in /sys/block/nvme*; do
+            [ -e "$b" ] || continue
+            [ "$(cat $b/device/subsysnqn 2>/dev/null || cat $b/device/../subsysnqn 2>/dev/null)" = $1 ] && dev=/dev/$(basename $b)
+        done
+        [ -n "$dev" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+fio_verify() {  # $1 = device, $2 = size
+    fio --name=rand4k --filename=$1 --size=$2 --rw=randwrite --bs=4k --iodepth=16 --ioengine=libaio --direct=1 \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=0 --output-format=terse --terse-version=3 > /tmp/f1 || return 1
+    fio --name=seq1m --filename=$1 --size=$2 --rw=write --bs=1M --iodepth=4 --ioengine=libaio --direct=1 \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=terse --terse-version=3 > /tmp/f2 || return 1
+    awk -F';' '{print "fio " $3 ": read " $7 " KiB/s, write " $48 " KiB/s, errors " $5}' /tmp/f1 /tmp/f2
+}
+wait_file() { n=0; while [ ! -e $1 ] && [ $n -lt 200 ]; do sleep 0.1; n=$((n+1)); done; [ -e $1 ]; }
+T0NQN=nqn.2026-12.io.tier0.test:rdma-target
+/harness/tier0 fabric serve --transport rdma --listen 10.0.2.15:4421 --nqn $T0NQN --ns mem:64M > /tmp/serve.log 2>&1 &
+SERVE=$!
+n=0; until grep -q serving /tmp/serve.log 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n+1)); done
+grep -q "serving $T0NQN on 10.0.2.15:4421 over NVMe/RDMA" /tmp/serve.log || { cat /tmp/serve.log; ps; fail "tier0 fabric serve --transport rdma (waited $n tenths of a second)"; }
+echo "tier0 fabric serve --transport rdma up after $n tenths of a second"
+nvme discover -t rdma -a 10.0.2.15 -s 4421 > /tmp/disc 2>&1 || { cat /tmp/disc /tmp/serve.log; fail "nvme discover -t rdma against tier0"; }
+grep -q "trtype: *rdma" /tmp/disc && grep -q "subnqn: *$T0NQN" /tmp/disc && grep -q "traddr: *10.0.2.15" /tmp/disc || { cat /tmp/disc; fail "tier0's discovery log over RDMA"; }
+echo "PASS tier0 target: nvme discover -t rdma lists $T0NQN, trtype rdma, traddr 10.0.2.15"
+nvme connect -t rdma -a 10.0.2.15 -s 4421 -n $T0NQN || { cat /tmp/serve.log; fail "nvme connect -t rdma to tier0"; }
+find_dev $T0NQN || { ls /sys/block; cat /tmp/serve.log; fail "no block device after nvme connect -t rdma to tier0"; }
+fio_verify $dev 8M || { cat /tmp/f1 /tmp/f2 /tmp/serve.log; fail "fio verify over tier0's NVMe/RDMA target"; }
+echo "PASS tier0 target: fio verify 4 KiB random and 1 MiB sequential over nvme-rdma ($dev)"
+dmesg | grep -E "nvme|rdma|rxe" | grep -v requeuing | tail -n 15
+grep -E "level=(WARN|ERROR)" /tmp/serve.log | head -n 10
+nvme disconnect -n $T0NQN || fail "nvme disconnect from tier0"
+kill $SERVE; wait $SERVE
+# two tier0 RDMA targets of one subsystem: one multipath device, ANA flips under fio
+MPNQN=nqn.2026-12.io.tier0.test:rdma-multipath
+/harness/rdmaguest -mode targets -addr 10.0.2.15:4422,10.0.2.15:4423 -nqn $MPNQN -ready /tmp/mp.ready > /tmp/mp.log 2>&1 &
+MP=$!
+wait_file /tmp/mp.ready || { cat /tmp/mp.log; fail "rdmaguest -mode targets"; }
+nvme connect -t rdma -a 10.0.2.15 -s 4422 -n $MPNQN && nvme connect -t rdma -a 10.0.2.15 -s 4423 -n $MPNQN || { cat /tmp/mp.log; fail "nvme connect to both tier0 RDMA targets"; }
+find_dev $MPNQN || fail "no block device for $MPNQN"
+ndev=$(for b in /sys/block/nvme*n*; do case $(basename $b) in nvme*c*n*) continue;; esac; cat $b/device/subsysnqn 2>/dev/null || cat $b/device/../subsysnqn 2>/dev/null; done | grep -c "^$MPNQN$")
+[ "$ndev" = 1 ] || { ls /sys/block; fail "$ndev block devices for $MPNQN: the kernel did not merge the two RDMA paths into one multipath device"; }
+ana() { for p in /sys/class/nvme/nvme*/nvme*c*n1; do grep -q "trsvcid=$1" $(dirname $p)/address 2>/dev/null && cat $p/ana_state; done; }
+wait_ana() { n=0; while { [ "$(ana 4422)" != $1 ] || [ "$(ana 4423)" != $2 ]; } && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done
+    [ "$(ana 4422)" = $1 ] && [ "$(ana 4423)" = $2 ] || fail "ana_state 4422 $(ana 4422) 4423 $(ana 4423), want $1 $2"; }
+wait_ana optimized inaccessible
+echo "PASS tier0 targets: one multipath device $dev over two RDMA paths (optimized, inaccessible)"
+( rc=0; n=0; while [ ! -e /tmp/stopfio ] || [ $n -eq 0 ]; do fio_verify $dev 4M > /dev/null || { rc=1; break; }; n=$((n+1)); done
+  echo "runs $n"; echo $rc > /tmp/fio-bg.rc ) > /tmp/fio-bg.log 2>&1 &
+sleep 1
+for i in 1 2; do
+    kill -USR1 $MP; wait_ana inaccessible optimized; sleep 1
+    kill -USR1 $MP; wait_ana optimized inaccessible; sleep 1
+done
+touch /tmp/stopfio
+wait_file /tmp/fio-bg.rc
+n=0; while [ ! -s /tmp/fio-bg.rc ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done
+[ "$(cat /tmp/fio-bg.rc)" = 0 ] || { cat /tmp/fio-bg.log /tmp/f1 /tmp/f2 /tmp/mp.log; dmesg | tail -20; fail "fio verify during ANA flips over tier0's RDMA targets"; }
+echo "PASS tier0 targets: fio verify during 4 ANA flips, no I/O error ($(cat /tmp/fio-bg.log))"
+nvme disconnect -n $MPNQN
+kill $MP; wait $MP
 echo "ALL PASS"
 `
 
@@ -128,7 +194,7 @@ func TestRDMAGuest(t *testing.T) {
 		}
 		files[name] = b
 	}
-	res := vm.Run(t, vm.Options{Script: guestScript, Files: files, Timeout: 4 * time.Minute})
+	res := vm.Run(t, vm.Options{Script: guestScript, Files: files, Timeout: 7 * time.Minute})
 	var lines []string
 	for _, l := range strings.Split(res.Output, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), "PASS") || strings.Contains(l, "FAIL") {
@@ -139,7 +205,8 @@ func TestRDMAGuest(t *testing.T) {
 	if res.RC != 0 || !strings.Contains(res.Output, "ALL PASS") {
 		t.Fatalf("guest script exited %d; console tail:\n%s", res.RC, tailStr(res.Output, 6000))
 	}
-	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added"} {
+	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added",
+		"PASS tier0 target: nvme discover", "PASS tier0 target: fio verify", "PASS tier0 targets: one multipath device", "PASS tier0 targets: fio verify during 4 ANA flips"} {
 		if !strings.Contains(res.Output, want) {
 			t.Errorf("guest output lacks %q", want)
 		}
