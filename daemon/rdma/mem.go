@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -172,7 +171,7 @@ func (m *MemConn) fail(op Op, slot int, err error) {
 
 func (m *MemConn) disconnected() {
 	if !m.gone.Swap(true) {
-		m.push(Completion{Err: errors.New("rdma: the connection was closed by the peer or the device (DISCONNECTED)")})
+		m.push(Completion{Err: fmt.Errorf("%w (DISCONNECTED)", ErrDisconnected)})
 	}
 }
 

@@ -45,6 +45,10 @@ var ErrNoDevice = errors.New("no RDMA device")
 // softRoCEHint says how to get a device without RDMA hardware.
 const softRoCEHint = "load rdma_rxe and add a link: rdma link add rxe0 type rxe netdev eth0"
 
+// ErrDisconnected: the peer (or the device) closed the connection; a
+// completion handler sees it wrapped in Completion.Err.
+var ErrDisconnected = errors.New("rdma: the connection was closed by the peer or the device")
+
 // ErrClosed: the connection was closed.
 var ErrClosed = errors.New("rdma: connection closed")
 

@@ -317,7 +317,7 @@ func getEvent(ch *C.struct_rdma_event_channel, timeout time.Duration) (cmEvent, 
 	var ev *C.struct_rdma_cm_event
 	r, err := C.t0_get_event(ch, C.int(timeout/time.Millisecond), &ev)
 	if r != 0 {
-		if errors.Is(err, syscall.ETIMEDOUT) {
+		if errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EINTR) {
 			return cmEvent{}, fmt.Errorf("no RDMA CM event within %v", timeout)
 		}
 		return cmEvent{}, fmt.Errorf("rdma_get_cm_event: %v", err)
@@ -598,7 +598,7 @@ func (c *Conn) cmEvents() {
 		switch e.typ {
 		case C.RDMA_CM_EVENT_DISCONNECTED, C.RDMA_CM_EVENT_DEVICE_REMOVAL:
 			if !c.peerGone.Swap(true) {
-				c.cfg.Handler(Completion{Err: fmt.Errorf("rdma: the connection was closed by the peer or the device (%s)", evName(e.typ))})
+				c.cfg.Handler(Completion{Err: fmt.Errorf("%w (%s)", ErrDisconnected, evName(e.typ))})
 			}
 		}
 	}

@@ -329,7 +329,11 @@ func (q *rdmaQueue) handle(cp rdma.Completion) {
 	<-q.ready
 	c := q.c
 	if cp.Err != nil {
-		if !c.closing() {
+		switch {
+		case c.closing():
+		case errors.Is(cp.Err, rdma.ErrDisconnected): // the host's disconnect: as a TCP EOF
+			q.t.log.Debug("NVMe/RDMA queue disconnected", "remote", c.remote(), "qid", q.qid)
+		default:
 			q.t.warnLimited("rdma-conn:"+c.remote(), "NVMe/RDMA queue closed", "remote", c.remote(), "qid", q.qid, "err", cp.Err)
 		}
 		c.close()
