@@ -13,8 +13,8 @@ package slurmtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,7 +24,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 
 	"tier0/daemon/slurm"
 	"tier0/daemon/slurm/drain"
+	"tier0/internal/localslurm"
 	"tier0/internal/testenv"
 	"tier0/slurm-plugin/cli"
 	"tier0/slurm-plugin/health"
@@ -115,7 +115,7 @@ type cluster struct {
 	conf    string
 	sc      *slurm.Client
 	daemons map[string]*FakeTier0d // by Slurm node name
-	procs   []*exec.Cmd
+	ls      *localslurm.Cluster
 	jobLog  string
 	hookLog string
 	sys     string
@@ -127,33 +127,9 @@ func need(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real Slurm cluster; skipped in -short mode")
 	}
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "needs root: slurmd, slurmctld and munged run as root/munge (run as root, e.g. make test in CI)")
+	if why := localslurm.Missing(); why != "" {
+		testenv.Missing(t, "%s", why)
 	}
-	for _, b := range []string{"/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/scontrol", "/usr/bin/sbatch", "/usr/sbin/munged", "/usr/bin/setpriv"} {
-		if _, err := os.Stat(b); err != nil {
-			testenv.Missing(t, "%s missing: install slurmctld slurmd slurm-client munge (scripts/install-deps.sh, scripts/deps.d/slurm.sh)", b)
-		}
-	}
-}
-
-func freePorts() (ctld, first int, err error) {
-	for k := 0; k < 20; k++ {
-		ctld, first = 16817+100*k, 17001+100*k
-		ok := true
-		for _, p := range []int{ctld, ctld + 1, first, first + 1, first + 2, first + 3, first + 4} {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return ctld, first, nil
-		}
-	}
-	return 0, 0, fmt.Errorf("no free port range found (tried 16817/17001 + k*100, k<20)")
 }
 
 // clusterOpts change what startClusterWith wires Slurm's hooks to.
@@ -192,30 +168,13 @@ func startClusterWith(t *testing.T, o clusterOpts) *cluster {
 	}
 	c := &cluster{t: t, dir: dir, conf: filepath.Join(dir, "slurm.conf"), daemons: map[string]*FakeTier0d{},
 		jobLog: filepath.Join(dir, "log", "jobs.log"), hookLog: filepath.Join(dir, "log", "hooks.log"), sys: filepath.Join(dir, "sys")}
-	for _, d := range []string{"munge", "state", "log", "bin", "sys/nvme0n1/device"} {
+	for _, d := range []string{"log", "bin", "sys/nvme0n1/device"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c.write("sys/nvme0n1/device/subsysnqn", "nqn.2026-11.io.tier0:array-a\n", 0o644)
 	c.write("sys/nvme0n1/stat", "0 0 0 0 0 0 0 0 0 0 0\n", 0o644)
-
-	// Our own munged with its own key and socket: nothing outside dir.
-	key := make([]byte, 128)
-	if f, err := os.Open("/dev/urandom"); err == nil {
-		_, _ = f.Read(key)
-		f.Close()
-	}
-	c.write("munge/key", string(key), 0o400)
-	out, err := exec.Command("chown", "-R", "munge:munge", filepath.Join(dir, "munge")).CombinedOutput()
-	if err != nil {
-		testenv.Missing(t, "no munge user to own the munge directory (%v: %s); is the munge package installed?", err, out)
-	}
-	sock := filepath.Join(dir, "munge", "sock")
-	c.start("munged", "/usr/bin/setpriv", "--reuid=munge", "--regid=munge", "--init-groups", "/usr/sbin/munged", "-F",
-		"-S", sock, "--key-file="+filepath.Join(dir, "munge", "key"), "--pid-file="+filepath.Join(dir, "munge", "pid"),
-		"--seed-file="+filepath.Join(dir, "munge", "seed"), "--log-file="+filepath.Join(dir, "munge", "log"))
-	c.waitFor("munged socket", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
 
 	// The tier0 CLI (this test binary unless o.tier0), run through the
 	// real wrapper scripts.
@@ -267,54 +226,33 @@ sys_block: %s
 nodes:
 %s`, c.conf, dir, c.jobLog, c.hookLog, dir, c.sys, nodesYAML.String()), 0o644)
 
-	ctld, first, err := freePorts()
-	if err != nil {
+	// Our own munged with its own key and socket, and slurm.conf: nothing
+	// outside dir (internal/localslurm).
+	var nodes []string
+	for i := 1; i <= 5; i++ {
+		nodes = append(nodes, "node"+strconv.Itoa(i))
+	}
+	bin := filepath.Join(dir, "bin")
+	c.ls, err = localslurm.New(context.Background(), localslurm.Options{Dir: dir, Nodes: nodes, ClusterName: "tier0test", Partition: "debug",
+		Prolog: filepath.Join(bin, "tier0-prolog"), Epilog: filepath.Join(bin, "tier0-epilog"), HealthCheck: filepath.Join(bin, "tier0-healthcheck"),
+		HealthCheckInterval: 2, PortBase: 16817, IdleTimeout: 120 * time.Second})
+	if errors.Is(err, localslurm.ErrNoPorts) {
 		t.Skip(err)
 	}
-	c.write("slurm.conf", fmt.Sprintf(`ClusterName=tier0test
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort=%d
-SlurmdPort=%d
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=%[3]s
-CredType=cred/munge
-StateSaveLocation=%[4]s/state
-SlurmdSpoolDir=%[4]s/spool/%%n
-SlurmctldPidFile=%[4]s/slurmctld.pid
-SlurmdPidFile=%[4]s/slurmd-%%n.pid
-SlurmctldLogFile=%[4]s/log/slurmctld.log
-SlurmdLogFile=%[4]s/log/slurmd-%%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-ReturnToService=1
-CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
-Prolog=%[4]s/bin/tier0-prolog
-Epilog=%[4]s/bin/tier0-epilog
-PrologFlags=Alloc
-HealthCheckProgram=%[4]s/bin/tier0-healthcheck
-HealthCheckInterval=2
-HealthCheckNodeState=ANY
-NodeName=node[1-5] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[%[2]d-%[5]d] CPUs=1 RealMemory=1000
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-`, ctld, first, sock, dir, first+4), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ls.Conf != c.conf {
+		t.Fatalf("local Slurm's configuration is %s, want %s", c.ls.Conf, c.conf)
+	}
 
 	c.sc = slurm.New(slurm.Options{Conf: c.conf, Timeout: 5 * time.Second, Attempts: 2, Backoff: 200 * time.Millisecond})
 	t.Cleanup(c.stop)
 	if o.beforeSlurm != nil {
 		o.beforeSlurm(c)
 	}
-	c.start("slurmctld", "/usr/sbin/slurmctld", "-D")
-	for i := 1; i <= 5; i++ {
-		n := "node" + strconv.Itoa(i)
-		if err := os.MkdirAll(filepath.Join(dir, "spool", n), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		c.start("slurmd-"+n, "/usr/sbin/slurmd", "-D", "-N", n)
+	if err := c.ls.StartSlurm(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	c.waitFor("five idle nodes", 30*time.Second, func() bool {
 		nodes, err := c.sc.ShowNodes(context.Background())
@@ -342,24 +280,7 @@ func (c *cluster) write(rel, content string, mode os.FileMode) {
 	}
 }
 
-func (c *cluster) start(name string, argv ...string) {
-	c.t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "SLURM_CONF="+c.conf)
-	out, err := os.Create(filepath.Join(c.dir, "log", name+".out"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("starting %s: %v", name, err)
-	}
-	out.Close()
-	c.procs = append(c.procs, cmd)
-}
-
-// stop shuts Slurm down with scontrol, then ends what is left by PID.
+// stop shows the logs' tails of a failed test, then shuts Slurm down.
 func (c *cluster) stop() {
 	if c.t.Failed() {
 		for _, f := range []string{"munge/log", "log/munged.out", "log/slurmctld.out", "log/slurmctld.log", "log/hooks.log", "log/slurmd-node2.log", "log/slurmd-node3.log"} {
@@ -370,27 +291,7 @@ func (c *cluster) stop() {
 			c.t.Logf("--- tail of %s:\n%s", f, b)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sd := exec.CommandContext(ctx, "/usr/bin/scontrol", "shutdown")
-	sd.Env = append(os.Environ(), "SLURM_CONF="+c.conf)
-	if out, err := sd.CombinedOutput(); err != nil {
-		c.t.Logf("scontrol shutdown: %v: %s (stopping by PID)", err, out)
-	}
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		p := c.procs[i]
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }()
-		if strings.HasSuffix(p.Path, "setpriv") {
-			_ = p.Process.Signal(syscall.SIGTERM) // munged
-		}
-		select {
-		case <-done:
-		case <-time.After(3 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	}
+	c.ls.Stop()
 }
 
 // waitFor polls ok until it holds. d is about what the step may take on a
