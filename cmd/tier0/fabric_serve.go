@@ -24,6 +24,7 @@ import (
 	"tier0/daemon/blockdev"
 	"tier0/daemon/blockdev/local"
 	"tier0/daemon/nvme"
+	"tier0/daemon/rdma"
 	"tier0/daemon/target"
 )
 
@@ -203,6 +204,9 @@ func runFabricServe(ctx context.Context, o *fabricServeOptions, stdout, stderr i
 	case "tcp", "":
 		o.transport = "tcp"
 	case "rdma":
+		if !rdma.Built {
+			return fmt.Errorf("fabric serve: --transport rdma: %w", rdma.ErrNotBuilt)
+		}
 		if o.discoveryListen != "" {
 			return errors.New("fabric serve: --discovery-listen is a TCP port; with --transport rdma the --listen port answers discovery too")
 		}

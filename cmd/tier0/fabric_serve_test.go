@@ -199,12 +199,19 @@ func TestFabricSizes(t *testing.T) {
 // An unknown transport is refused with the valid values.
 func TestFabricServeTransportRDMA(t *testing.T) {
 	_, stderr, code := runCLI(t, nil, "fabric", "serve", "--transport", "rdma", "--listen", "127.0.0.1:0", "--nqn", "nqn.2026-12.io.tier0:x", "--ns", "mem:1M")
-	want := rdma.ErrNotBuilt.Error()
+	want := "--transport rdma: " + rdma.ErrNotBuilt.Error()
 	if rdma.Built {
-		want = "no RDMA device"
+		want = "NVMe/RDMA listen on 127.0.0.1:0: no RDMA device"
 	}
-	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "NVMe/RDMA listen on 127.0.0.1:0") {
-		t.Fatalf("exit %d, stderr %q; want exit 1, the listen address and %q", code, stderr, want)
+	if code != 1 || !strings.Contains(stderr, want) {
+		t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
+	}
+	if rdma.Built {
+		// all addresses, nothing to advertise: refused with what to do
+		_, stderr, code = runCLI(t, nil, "fabric", "serve", "--transport", "rdma", "--nqn", "nqn.2026-12.io.tier0:x", "--ns", "mem:1M")
+		if code != 1 || !strings.Contains(stderr, "--advertise") {
+			t.Fatalf("exit %d, stderr %q; want exit 1 naming --advertise", code, stderr)
+		}
 	}
 	_, stderr, code = runCLI(t, nil, "fabric", "serve", "--transport", "ib", "--nqn", "nqn.2026-12.io.tier0:x", "--ns", "mem:1M")
 	if code != 1 || !strings.Contains(stderr, `--transport "ib"`) || !strings.Contains(stderr, "tcp or rdma") {

@@ -126,13 +126,16 @@ func (t *Target) ListenRDMA(addr string) error {
 	if err != nil {
 		return fmt.Errorf("target: RDMA listen address %q: %v (want IPv4 HOST:PORT): %w", addr, err, ErrInvalid)
 	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		h, _ := t.advertised()
+		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+			return fmt.Errorf("target: NVMe/RDMA listen on %s: discovery entries must carry an address hosts can reach; listen on the RDMA interface's IPv4 address or set Config.Advertise (fabric serve --advertise): %w", addr, ErrInvalid)
+		}
+		host = h
+	}
 	l, err := listenRDMA(addr)
 	if err != nil {
 		return fmt.Errorf("target: NVMe/RDMA listen on %s: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		h, _ := t.advertised()
-		host = h
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &rdmaPort{l: l, host: host, port: strconv.Itoa(l.Port()), cancel: cancel}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -472,4 +473,34 @@ func slicesContain(s []int64, v int64) bool {
 		}
 	}
 	return false
+}
+
+// TestRDMAListenAllAddressesNeedsAdvertise: discovery entries of an RDMA
+// port must name an address a host can connect to; listening on 0.0.0.0
+// without Config.Advertise (and no TCP listener to take it from) is
+// refused with what to do, not served with an empty TRADDR.
+func TestRDMAListenAllAddressesNeedsAdvertise(t *testing.T) {
+	acc := &memAcceptor{dials: make(chan memDial), closed: make(chan struct{})}
+	old := listenRDMA
+	listenRDMA = func(string) (rdmaAcceptor, error) { return acc, nil }
+	t.Cleanup(func() { listenRDMA = old })
+	tg, err := New(Config{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if err := tg.ListenRDMA("0.0.0.0:4420"); err == nil || !strings.Contains(err.Error(), "Advertise") {
+		t.Fatalf("ListenRDMA(0.0.0.0:4420) without Advertise: %v, want an error naming Advertise", err)
+	}
+	tg2, err := New(Config{Logger: testLogger(t), Advertise: "10.1.2.3:4420"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg2.Close()
+	if err := tg2.ListenRDMA("0.0.0.0:4420"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tg2.RDMAAddr(); got != "10.1.2.3:4420" {
+		t.Errorf("RDMAAddr %q, want the advertised host 10.1.2.3 and the bound port", got)
+	}
 }
