@@ -72,6 +72,9 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 		return nil, rejected, err
 	}
 	clean := ref.Flags&flagClean != 0
+	if !clean {
+		a.missedInFlight()
+	}
 	if err := a.openLog(ref, clean); err != nil {
 		return nil, rejected, err
 	}
@@ -282,6 +285,33 @@ func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate) (m *membe
 		return m, true
 	}
 	return m, false
+}
+
+// missedInFlight, after an unclean stop, adds to the stripes that each
+// member away at assembly must catch up (m.since) those of the regions
+// dirty at the stop: writes in flight then may have landed on some
+// members and not on others, and not every such write is in the log (a
+// full-stripe write of an optimal array is not), so the absent member's
+// chunks there may differ from what the array serves without it. Without
+// this its return would serve them as in sync: a read could go back to
+// an older value.
+func (a *Array) missedInFlight() {
+	dirty := a.bm.snapshot()
+	rs := a.bm.regionStripes
+	for r := 0; r < a.geo.Members; r++ {
+		m := a.member(r)
+		if m == nil || m.since == nil {
+			continue
+		}
+		for reg, d := range dirty {
+			if !d {
+				continue
+			}
+			for s := int64(reg) * rs; s < min(int64(reg+1)*rs, a.geo.Stripes); s++ {
+				m.since.set(s)
+			}
+		}
+	}
 }
 
 // loadBitmap loads the write-intent bitmap (the OR of every present
