@@ -121,6 +121,10 @@ const (
 	stallAfter  = time.Millisecond
 )
 
+// newWatch starts the inline watchdog's timer (a variable for tests, which
+// let it fire before the reader stored it).
+var newWatch = time.AfterFunc
+
 // nsLat holds moving averages of one namespace's execution time on one
 // queue (reads and writes; 1/8 weight per command): per command and per
 // 4 KiB, in nanoseconds.
@@ -343,10 +347,10 @@ func (c *conn) teardown() {
 		c.drop(r)
 	}
 	c.batch, c.bi, c.inBatch = nil, 0, false
-	c.emu.Unlock()
 	if c.watch != nil {
 		c.watch.Stop()
 	}
+	c.emu.Unlock()
 	if c.work != nil {
 		c.beginDrain(c.ctrl)
 		close(c.work)
@@ -739,14 +743,17 @@ func (c *conn) runBatch(gen uint64) bool {
 	if len(c.batch) == 0 {
 		return true
 	}
+	// The timer is started and stored under c.emu: it may fire before the
+	// store (a descheduled reader), and onWatch, a take-over's reader and
+	// teardown read c.watch under c.emu too.
 	c.emu.Lock()
 	c.inBatch, c.bi, c.watchSeq = true, 0, c.execSeq
-	c.emu.Unlock()
 	if c.watch == nil {
-		c.watch = time.AfterFunc(stallAfter, c.onWatch)
+		c.watch = newWatch(stallAfter, c.onWatch)
 	} else {
 		c.watch.Reset(stallAfter)
 	}
+	c.emu.Unlock()
 	t0 := time.Now()
 	for {
 		c.emu.Lock()
