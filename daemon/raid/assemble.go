@@ -73,7 +73,7 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 	}
 	clean := ref.Flags&flagClean != 0
 	if !clean {
-		a.missedInFlight()
+		a.missedInFlight(ref)
 	}
 	if err := a.openLog(ref, clean); err != nil {
 		return nil, rejected, err
@@ -287,15 +287,23 @@ func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate) (m *membe
 	return m, false
 }
 
-// missedInFlight, after an unclean stop, adds to the stripes that each
-// member away at assembly must catch up (m.since) those of the regions
-// dirty at the stop: writes in flight then may have landed on some
-// members and not on others, and not every such write is in the log (a
-// full-stripe write of an optimal array is not), so the absent member's
-// chunks there may differ from what the array serves without it. Without
-// this its return would serve them as in sync: a read could go back to
-// an older value.
-func (a *Array) missedInFlight() {
+// missedInFlight, after an unclean stop of an optimal array, adds to the
+// stripes that each member away at assembly must catch up (m.since) those
+// of the regions dirty at the stop: writes in flight then may have landed
+// on some members and not on others, and a full-stripe write of an
+// optimal array is not in the log, so the absent member's chunks there
+// may differ from what the array serves without it. Without this its
+// return would serve them as in sync: a read could go back to an older
+// value. While a member is away or rebuilding every stripe write is
+// logged, and the replay marks what the absent member missed (apply); the
+// regions are then dirty for the members away, not for writes in flight,
+// and are not added.
+func (a *Array) missedInFlight(ref *superblock) {
+	for r := 0; r < a.geo.Members; r++ {
+		if ref.RoleState[r] != roleActive {
+			return
+		}
+	}
 	dirty := a.bm.snapshot()
 	rs := a.bm.regionStripes
 	for r := 0; r < a.geo.Members; r++ {
