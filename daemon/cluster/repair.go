@@ -12,7 +12,11 @@ func (m *Machine) stepRepair(ev Event) error {
 		if mb == nil {
 			return err
 		}
-		if mb.state == MemberResyncing {
+		// Stale too: the owner may have re-added the member on its own
+		// (it answers again) while this machine held it back from a
+		// resync order (backing off after a refusal); the owner at the
+		// array's epoch is the authority that it is in sync now.
+		if mb.state == MemberResyncing || mb.state == MemberStale {
 			mb.state, mb.progress = MemberOK, 100
 			m.repairDone(a, mb)
 		}

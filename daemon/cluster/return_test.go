@@ -123,3 +123,47 @@ func TestReturnOfANewRegistrationTakesOver(t *testing.T) {
 		}
 	}
 }
+
+// TestResyncDoneOfAStaleMemberCounts: the owner re-adds a member whose
+// node answers again on its own, and reports its resync done while the
+// machine still holds the member stale (no resync ordered yet, or backing
+// off after a refusal). The report counts: the member is in sync and the
+// array's failback goes on. Before, it was ignored and the member stayed
+// stale until the machine ordered a resync itself (the nemesis saw an
+// array degraded for 120 s with a member "stale").
+func TestResyncDoneOfAStaleMemberCounts(t *testing.T) {
+	m, err := New(Config{LeaseTicks: 10, SelfFenceTicks: 6}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []Event
+	for _, n := range "ABCD" {
+		s := string(n)
+		evs = append(evs, NodeJoined{Node: s, Drives: []string{s + "1"}})
+	}
+	evs = append(evs, LeaseExpired{Node: "B"},
+		ArrayDefined{Name: "b", Level: RAID5, Home: "B", Members: []MemberSpec{{Drive: "A1"}, {Drive: "B1"}, {Drive: "C1"}, {Drive: "D1"}}},
+		ArrayObserved{Array: "b", Owner: "A", Epoch: 2, Serving: true})
+	if err := m.Restore(evs); err != nil {
+		t.Fatal(err)
+	}
+	m.Ready()
+	mustStep(t, m, NodeReturned{Node: "B", Started: 1, Fences: 1})
+	if acts := m.Ready(); !hasAction(acts, "resync b on=A member=B1") {
+		t.Fatalf("B's member of b not resynced after B returned: %s", actionList(acts))
+	}
+	// The owner refuses (B1 does not answer yet): the machine backs off.
+	mustStep(t, m, RepairFailed{Array: "b", Member: "B1", Epoch: 2, Reason: "member not reachable"})
+	if acts := m.Ready(); hasAction(acts, "resync b") {
+		t.Fatalf("resync ordered again at once after a refusal, want a back-off: %s", actionList(acts))
+	}
+	// The owner's own re-add of B1, once it answers, finishes meanwhile.
+	mustStep(t, m, ResyncDone{Array: "b", Member: "B1", Epoch: 2})
+	acts := m.Ready()
+	if hasAction(acts, "resync b on=A member=B1") {
+		t.Fatalf("B1 reported in sync by the owner, yet a resync is ordered again: %s", actionList(acts))
+	}
+	if !hasAction(acts, "release b on=A") {
+		t.Fatalf("no failback of b after the owner reported B1 in sync: %s", actionList(acts))
+	}
+}
