@@ -14,7 +14,6 @@ var (
 	crashLossSeeds = flag.Int("raid.crashloss.seeds", 20, "seeds per configuration in TestModelCrashWithMemberLoss")
 )
 
-
 // crashWithLoss: owner crash (members keep a random subset of unflushed
 // writes) and, at once, up to redundancy members lost; assembled without
 // them; they come back later by ReAdd.
