@@ -11,6 +11,26 @@ import (
 // B is asked to fence it under epoch 3.
 func returnedMachine(t *testing.T) *Machine {
 	t.Helper()
+	m := movedMachine(t)
+	mustStep(t, m, NodeReturned{Node: "B", Started: 1, Fences: 1})
+	if acts := m.Ready(); !hasAction(acts, "resync b on=A member=B1") {
+		t.Fatalf("B's member of b not resynced after B returned: %s", actionList(acts))
+	}
+	mustStep(t, m, ResyncDone{Array: "b", Member: "B1", Epoch: 2})
+	if acts := m.Ready(); !hasAction(acts, "release b on=A") {
+		t.Fatalf("no failback of b after B returned: %s", actionList(acts))
+	}
+	mustStep(t, m, Released{Array: "b", Node: "A", Epoch: 2})
+	if acts := m.Ready(); !hasAction(acts, "fence b by=B old=A epoch=2->3") {
+		t.Fatalf("B not asked to fence b under epoch 3 after A released it: %s", actionList(acts))
+	}
+	return m
+}
+
+// movedMachine is the cluster of returnedMachine before B returns: b, at
+// home on B, served by A under epoch 2 since B's lease expired.
+func movedMachine(t *testing.T) *Machine {
+	t.Helper()
 	m, err := New(Config{LeaseTicks: 10, SelfFenceTicks: 6}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -27,18 +47,6 @@ func returnedMachine(t *testing.T) *Machine {
 		t.Fatal(err)
 	}
 	m.Ready()
-	mustStep(t, m, NodeReturned{Node: "B", Started: 1, Fences: 1})
-	if acts := m.Ready(); !hasAction(acts, "resync b on=A member=B1") {
-		t.Fatalf("B's member of b not resynced after B returned: %s", actionList(acts))
-	}
-	mustStep(t, m, ResyncDone{Array: "b", Member: "B1", Epoch: 2})
-	if acts := m.Ready(); !hasAction(acts, "release b on=A") {
-		t.Fatalf("no failback of b after B returned: %s", actionList(acts))
-	}
-	mustStep(t, m, Released{Array: "b", Node: "A", Epoch: 2})
-	if acts := m.Ready(); !hasAction(acts, "fence b by=B old=A epoch=2->3") {
-		t.Fatalf("B not asked to fence b under epoch 3 after A released it: %s", actionList(acts))
-	}
 	return m
 }
 
@@ -132,22 +140,7 @@ func TestReturnOfANewRegistrationTakesOver(t *testing.T) {
 // stale until the machine ordered a resync itself (the nemesis saw an
 // array degraded for 120 s with a member "stale").
 func TestResyncDoneOfAStaleMemberCounts(t *testing.T) {
-	m, err := New(Config{LeaseTicks: 10, SelfFenceTicks: 6}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var evs []Event
-	for _, n := range "ABCD" {
-		s := string(n)
-		evs = append(evs, NodeJoined{Node: s, Drives: []string{s + "1"}})
-	}
-	evs = append(evs, LeaseExpired{Node: "B"},
-		ArrayDefined{Name: "b", Level: RAID5, Home: "B", Members: []MemberSpec{{Drive: "A1"}, {Drive: "B1"}, {Drive: "C1"}, {Drive: "D1"}}},
-		ArrayObserved{Array: "b", Owner: "A", Epoch: 2, Serving: true})
-	if err := m.Restore(evs); err != nil {
-		t.Fatal(err)
-	}
-	m.Ready()
+	m := movedMachine(t)
 	mustStep(t, m, NodeReturned{Node: "B", Started: 1, Fences: 1})
 	if acts := m.Ready(); !hasAction(acts, "resync b on=A member=B1") {
 		t.Fatalf("B's member of b not resynced after B returned: %s", actionList(acts))
