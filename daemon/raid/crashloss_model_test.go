@@ -51,35 +51,6 @@ func (s *sim) crashWithLoss(held map[int]bool) {
 	s.verifyAfterCrash(true)
 }
 
-func (s *sim) verifyAfterCrash(lossy bool) {
-	a := s.a
-	got := make([]byte, a.Size())
-	if _, err := a.ReadAt(got, 0); err != nil {
-		s.fatalf("read after crash: %v", err)
-	}
-	for blk := int64(0); blk < a.Size()/512; blk++ {
-		b := got[blk*512 : (blk+1)*512]
-		if vs, ok := s.cand[blk]; ok {
-			found := false
-			for _, v := range vs {
-				if bytes.Equal(b, v) {
-					found = true
-					break
-				}
-			}
-			if !found && !lossy {
-				s.fatalf("after crash %d: block %d (of a write in flight) matches none of its %d possible values (stripe %d)", s.crashes, blk, len(vs), blk*512/a.Geometry().StripeSize)
-			}
-			continue
-		}
-		if !bytes.Equal(b, s.cur[blk*512:(blk+1)*512]) {
-			s.fatalf("after crash %d: block %d was durable and changed (stripe %d)", s.crashes, blk, blk*512/a.Geometry().StripeSize)
-		}
-	}
-	copy(s.cur, got)
-	clear(s.cand)
-}
-
 // handoff: clean release (Close) and assembly elsewhere, background work
 // possibly under way.
 func (s *sim) handoff() {

@@ -577,10 +577,9 @@ func (a *Array) entryRangeValid(h *entHeader) bool {
 	var mask uint64
 	rlo, rhi := C, int64(0)
 	for i := 0; i < a.geo.DataDisks; i++ {
-		cs := int64(i) * C
-		if x, y := max(lo, cs), min(hi, cs+C); x < y {
+		if c, ok := chunkCover(lo, hi, C, i); ok {
 			mask |= 1 << i
-			rlo, rhi = min(rlo, x-cs), max(rhi, y-cs)
+			rlo, rhi = min(rlo, c.a), max(rhi, c.b)
 		}
 	}
 	return mask == h.ModMask && rlo == int64(h.RowLo) && rhi == int64(h.RowHi)
@@ -618,8 +617,7 @@ func (j *journal) apply(e *replayEntry) error {
 		if e.h.ModMask&(1<<i) == 0 {
 			continue
 		}
-		cs := int64(i) * C
-		cov[i] = cover{max(lo, cs) - cs, min(hi, cs+C) - cs}
+		cov[i], _ = chunkCover(lo, hi, C, i)
 		cuts = append(cuts, cov[i].a, cov[i].b)
 		m := a.member(a.dataRole(s, i))
 		if !a.inSync(m, s) {

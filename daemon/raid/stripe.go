@@ -20,6 +20,14 @@ import (
 // cover is the byte range [a, b) of a data chunk that a write modifies.
 type cover struct{ a, b int64 }
 
+// chunkCover is the part of data chunk i (size C) that the byte range
+// [lo, hi) of a stripe's data covers; false when it covers none of it.
+func chunkCover(lo, hi, C int64, i int) (cover, bool) {
+	cs := int64(i) * C
+	x, y := max(lo, cs), min(hi, cs+C)
+	return cover{x - cs, y - cs}, x < y
+}
+
 // stripePlan is one stripe update as seen when it was planned.
 type stripePlan struct {
 	s        int64
@@ -102,12 +110,10 @@ func (a *Array) planStripe(p *stripePlan, sp span, fua bool) error {
 	*p = stripePlan{s: s, lo: sp.lo, hi: sp.hi, buf: sp.buf, fua: fua, C: C, nd: a.geo.DataDisks, np: a.geo.ParityDisks,
 		rlo: C, healthy: true}
 	for i := 0; i < p.nd; i++ {
-		cs := int64(i) * C
-		x, y := max(sp.lo, cs), min(sp.hi, cs+C)
-		if x < y {
-			p.cov[i] = cover{x - cs, y - cs}
+		if c, ok := chunkCover(sp.lo, sp.hi, C, i); ok {
+			p.cov[i] = c
 			p.mask |= 1 << i
-			p.rlo, p.rhi = min(p.rlo, x-cs), max(p.rhi, y-cs)
+			p.rlo, p.rhi = min(p.rlo, c.a), max(p.rhi, c.b)
 		}
 		p.dm[i] = a.member(a.dataRole(s, i))
 		p.din[i] = a.inSync(p.dm[i], s)
