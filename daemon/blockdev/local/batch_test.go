@@ -18,12 +18,13 @@ import (
 type heldBatch struct {
 	mu      sync.Mutex
 	held    bool
+	entered chan struct{} // closed when the first submission is held
 	release chan struct{}
 	batches [][]iocb
 }
 
 func holdFirstSubmit(t *testing.T, r *aioRing) *heldBatch {
-	h := &heldBatch{release: make(chan struct{})}
+	h := &heldBatch{entered: make(chan struct{}), release: make(chan struct{})}
 	r.beforeSubmit = func(b []*iocb) {
 		h.mu.Lock()
 		first := !h.held
@@ -35,6 +36,7 @@ func holdFirstSubmit(t *testing.T, r *aioRing) *heldBatch {
 		h.batches = append(h.batches, cp)
 		h.mu.Unlock()
 		if first {
+			close(h.entered)
 			<-h.release
 		}
 	}
@@ -76,7 +78,7 @@ func TestAIOBatchesSubmissions(t *testing.T) {
 			_, errs[i] = d.WriteAt(bufs[i], int64(i)*8192)
 		}()
 		if i == 0 {
-			waitQueued(d.ring, 1) // the first caller becomes the submitter, held
+			<-h.entered // the first caller became the submitter, held with its batch gathered
 		}
 	}
 	waitQueued(d.ring, n)
@@ -126,7 +128,7 @@ func TestAIOBatchOneRefused(t *testing.T) {
 			cnt[i], res[i] = d.ring.do(fd, false, blockdev.AlignedBuffer(4096), int64(i)*4096, 0)
 		}()
 		if i == 0 {
-			waitQueued(d.ring, 1)
+			<-h.entered // the first submission is held with its batch gathered
 		}
 	}
 	waitQueued(d.ring, n)
@@ -171,7 +173,7 @@ func TestAIOBatchCompletionError(t *testing.T) {
 			_, res[i] = d.ring.do(d.fd, true, blockdev.AlignedBuffer(4096), off, 0)
 		}()
 		if i == 0 {
-			waitQueued(d.ring, 1)
+			<-h.entered // the first submission is held with its batch gathered
 		}
 	}
 	waitQueued(d.ring, n)
@@ -211,7 +213,7 @@ func TestAIOBatchKeepsFUA(t *testing.T) {
 			}
 		}()
 		if i == 0 {
-			waitQueued(d.ring, 1)
+			<-h.entered // the first submission is held with its batch gathered
 		}
 	}
 	waitQueued(d.ring, n)
