@@ -1,8 +1,11 @@
 package raid
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+
+	"tier0/daemon/blockdev"
 )
 
 // rebuildBatch is the stripes a rebuild reconstructs as one step: one
@@ -164,4 +167,252 @@ func (a *Array) shardRole(s int64, x int) int {
 		return a.dataRole(s, x)
 	}
 	return a.parityRole(s, x-a.geo.DataDisks)
+}
+
+// resync makes the parity (or mirrors) of every dirty bitmap region agree
+// with the data, then clears those bits.
+func (a *Array) resync() error {
+	defer a.resyncing.Store(false)
+	dirty := a.bm.snapshot()
+	if debugf != nil {
+		debugf("resync: dirty %v state %s", dirty, a.describe())
+	}
+	var n int64
+	for _, d := range dirty {
+		if d {
+			n++
+		}
+	}
+	rs := a.bm.regionStripes
+	p := a.newProgress(ResyncProgress, "resync", -1, n*rs*a.geo.ChunkSize)
+	a.emit(Event{Kind: ResyncStarted, Member: -1, Total: p.total})
+	for r, d := range dirty {
+		if !d {
+			continue
+		}
+		for s := int64(r) * rs; s < min(int64(r+1)*rs, a.geo.Stripes); s++ {
+			if a.bg.stopping() {
+				return ErrStopped
+			}
+			if err := a.usable(); err != nil {
+				return err
+			}
+			// Stripes with a member out of sync are left to the
+			// rebuild (their writes went through the log).
+			a.lockStripe(s)
+			var err error
+			if a.geo.Level == RAID1 || a.allInSync(s) {
+				_, _, err = a.syncStripe(s, true, false)
+			} else {
+				a.resyncSkipped.Store(true)
+			}
+			a.unlockStripe(s)
+			if err != nil && !errors.Is(err, errGone) {
+				return err
+			}
+			p.step(a.geo.ChunkSize)
+		}
+	}
+	if err := a.flushMembers(); err != nil {
+		return err
+	}
+	if err := a.bm.sweep(true); err != nil {
+		return err
+	}
+	e := p.event()
+	e.Kind = ResyncDone
+	a.emit(e)
+	return nil
+}
+
+func (a *Array) allInSync(s int64) bool {
+	for r := range a.members {
+		if !a.inSync(a.member(r), s) {
+			return false
+		}
+	}
+	return true
+}
+
+// rebuild recomputes role's chunks from the others (every stripe, or the
+// dirty regions of a delta resync), then makes the member active.
+func (a *Array) rebuild(role int) error {
+	m := a.member(role)
+	if m == nil || uint8(m.state.Load()) == roleActive {
+		return nil
+	}
+	if uint8(m.state.Load()) != roleRebuilding {
+		// Lost after its rebuild was queued: say so (a caller waits for
+		// RebuildDone or TaskFailed).
+		a.mu.Lock()
+		why := m.reason
+		a.mu.Unlock()
+		return fmt.Errorf("member %d was lost before its rebuild started (%s): %w", role, why, ErrDegraded)
+	}
+	rs := a.bm.regionStripes
+	var total int64
+	for s := m.recovery.Load(); s < a.geo.Stripes; s++ {
+		if m.needs(s, rs) {
+			total += a.geo.ChunkSize
+		}
+	}
+	p := a.newProgress(RebuildProgress, fmt.Sprintf("rebuild member %d", role), role, total)
+	a.emit(Event{Kind: RebuildStarted, Member: role, Total: total, Reason: map[bool]string{true: "full", false: "delta"}[m.full]})
+	for s := m.recovery.Load(); s < a.geo.Stripes; s++ {
+		if a.bg.stopping() {
+			return ErrStopped
+		}
+		if err := a.usable(); err != nil {
+			return err
+		}
+		if uint8(m.state.Load()) != roleRebuilding {
+			if a.member(role) != m {
+				return errSuperseded // a newer device holds the role; its own rebuild reports
+			}
+			return fmt.Errorf("member %d failed during its rebuild: %w", role, ErrDegraded)
+		}
+		if !m.needs(s, rs) {
+			m.recovery.Store(s + 1)
+			continue
+		}
+		if debugf != nil {
+			debugf("rebuild member %d stripe %d (full %v)", role, s, m.full)
+		}
+		if a.geo.Level == RAID5 || a.geo.Level == RAID6 {
+			// Consecutive stripes that need it, as one batch.
+			e := s + 1
+			for e < min(s+rebuildBatch*rebuildDepth, a.geo.Stripes) && m.needs(e, rs) {
+				e++
+			}
+			n, err := a.rebuildRun(m, s, e)
+			if err != nil && !errors.Is(err, errGone) {
+				return err
+			}
+			if err == nil && n > 0 {
+				if err := a.rebuildStep(p, role, s+n-1, n); err != nil {
+					return err
+				}
+				s += n - 1
+				continue
+			}
+			// A member failed under the batch, or the first stripe
+			// lacks sources: stripe s alone, with the retries and the
+			// error of rebuildStripe.
+		}
+		var err error
+		for attempt := 0; attempt <= a.geo.Members; attempt++ {
+			a.lockStripe(s)
+			err = a.rebuildStripe(m, s)
+			if err == nil {
+				m.recovery.Store(s + 1)
+			}
+			a.unlockStripe(s)
+			if !errors.Is(err, errGone) || uint8(m.state.Load()) != roleRebuilding {
+				break
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if err := a.rebuildStep(p, role, s, 1); err != nil {
+			return err
+		}
+	}
+	if err := a.flushMembers(); err != nil {
+		return err
+	}
+	if uint8(m.state.Load()) != roleRebuilding {
+		if a.member(role) != m {
+			return errSuperseded
+		}
+		return fmt.Errorf("member %d failed at the end of its rebuild: %w", role, ErrDegraded)
+	}
+	// full and dirty stay as they are: a reader that saw the rebuilding
+	// state a moment ago may still look at them.
+	a.mu.Lock()
+	m.state.Store(uint32(roleActive))
+	a.mu.Unlock()
+	if err := a.writeSuperblocks(); err != nil {
+		return err
+	}
+	e := p.event()
+	e.Kind = RebuildDone
+	a.emit(e)
+	a.log.Info("raid rebuild done", "uuid", fmtUUID(a.uuid), "member", role)
+	if !a.degraded() {
+		if a.resyncSkipped.Swap(false) {
+			a.resyncing.Store(true)
+			a.bg.enqueue(task{kind: taskResync})
+		}
+		a.emit(Event{Kind: Optimal, Member: -1})
+	}
+	return nil
+}
+
+// rebuildStep accounts n rebuilt stripes, the last s, and checkpoints
+// when a progress event was due: what is below recovery is durable, on
+// this member and on the others it was computed from. A member whose
+// flush or superblock write fails is failed there; an error that stops
+// the array ends the rebuild.
+func (a *Array) rebuildStep(p *progress, role int, s, n int64) error {
+	if !p.step(n * a.geo.ChunkSize) {
+		return nil
+	}
+	if err := a.flushMembers(); err != nil {
+		return fmt.Errorf("member %d rebuild checkpoint at stripe %d: flush: %w", role, s, err)
+	}
+	if err := a.writeSuperblocks(); err != nil {
+		return fmt.Errorf("member %d rebuild checkpoint at stripe %d: superblock: %w", role, s, err)
+	}
+	return nil
+}
+
+// rebuildStripe writes role m's chunk of stripe s (stripe lock held).
+func (a *Array) rebuildStripe(m *member, s int64) error {
+	C := a.geo.ChunkSize
+	if a.geo.Level == RAID1 {
+		for r := range a.members {
+			src := a.member(r)
+			if src == m || !a.inSync(src, s) {
+				continue
+			}
+			buf := blockdev.AlignedBuffer(int(C))
+			if err := a.mread(src, buf, a.moff(s, 0)); err != nil {
+				return err
+			}
+			return a.mwrite(m, buf, a.moff(s, 0), false)
+		}
+		return fmt.Errorf("member %d rebuild stopped: %w", m.role, a.unavailable(s))
+	}
+	nd, np := a.geo.DataDisks, a.geo.ParityDisks
+	shards := make([][]byte, nd+np)
+	var reads []mop
+	target := -1
+	for x := 0; x < nd+np; x++ {
+		var r int
+		if x < nd {
+			r = a.dataRole(s, x)
+		} else {
+			r = a.parityRole(s, x-nd)
+		}
+		if r == m.role {
+			target = x
+			continue
+		}
+		if src := a.member(r); a.inSync(src, s) {
+			shards[x] = blockdev.AlignedBuffer(int(C))
+			reads = append(reads, mop{m: src, buf: shards[x], off: a.moff(s, 0)})
+		}
+	}
+	if len(reads) < nd {
+		// Waits for a member to return (ReAdd restarts this rebuild).
+		return fmt.Errorf("member %d rebuild stopped: %w", m.role, a.unavailable(s))
+	}
+	if err := a.run(reads); err != nil {
+		return err
+	}
+	if err := a.coder.enc.Reconstruct(shards); err != nil {
+		return fmt.Errorf("stripe %d: %v: %w", s, err, ErrTooManyFailed)
+	}
+	return a.mwrite(m, shards[target], a.moff(s, 0), false)
 }

@@ -1,0 +1,367 @@
+package raid
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"sync"
+
+	"tier0/daemon/blockdev"
+)
+
+var debugf func(format string, args ...any)
+
+type replayEntry struct {
+	h       entHeader
+	partial [2][]byte
+	zero    bool
+	missing map[int][]byte
+}
+
+// replay applies the live entries of every present member's log in
+// sequence order. sbTail is the tail stored in the superblock.
+func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
+	a := j.a
+	entries := map[uint64]*replayEntry{}
+	tail := sbTail
+	var mu sync.Mutex
+	errs := a.each(func(m *member) error {
+		for k := 0; k < j.slots; k++ {
+			hb := blockdev.AlignedBuffer(metaBlock)
+			if err := a.mread(m, hb, j.slotOff(k)); err != nil {
+				return err
+			}
+			var h entHeader
+			if _, err := binary.Decode(hb, binary.LittleEndian, &h); err != nil {
+				continue
+			}
+			if string(h.Magic[:]) != entMagic || h.UUID != a.uuid ||
+				crc32.Checksum(hb[:entHeaderSize-4], castagnoli) != h.HeaderCRC {
+				continue
+			}
+			L := int64(h.RowHi) - int64(h.RowLo)
+			if L <= 0 || int64(h.RowHi) > a.geo.ChunkSize || int64(h.Stripe) >= a.geo.Stripes || h.NMissing > 2 || h.Parity > 1 ||
+				!a.entryRangeValid(&h) ||
+				int64(h.PayloadLen) != L*(int64(h.NMissing)+int64(h.Flags&entHasPartial)/entHasPartial) ||
+				int64(h.PayloadLen) > j.slotSize-metaBlock {
+				continue
+			}
+			pl := blockdev.AlignedBuffer(int(h.PayloadLen))
+			if len(pl) > 0 {
+				if err := a.mread(m, pl, j.slotOff(k)+metaBlock); err != nil {
+					return err
+				}
+			}
+			if crc32.Checksum(pl, castagnoli) != h.PayloadCRC {
+				continue // torn: its stripe write never started
+			}
+			mu.Lock()
+			if h.Tail > tail {
+				tail = h.Tail
+			}
+			e := entries[h.Seq]
+			if e == nil {
+				e = &replayEntry{h: h, missing: map[int][]byte{}}
+				entries[h.Seq] = e
+			}
+			e.zero = h.Flags&entZeroPartial != 0
+			if h.Flags&entHasPartial != 0 {
+				e.partial[h.Parity] = pl[:L]
+				pl = pl[L:]
+			}
+			for x := 0; x < int(h.NMissing); x++ {
+				e.missing[int(h.Missing[x])] = pl[:L]
+				pl = pl[L:]
+			}
+			mu.Unlock()
+		}
+		return nil
+	})
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, errGone) {
+			return 0, e
+		}
+	}
+	if err := a.usable(); err != nil {
+		return 0, err
+	}
+	var seqs []uint64
+	maxSeq := uint64(0)
+	for s := range entries {
+		if s > maxSeq {
+			maxSeq = s
+		}
+		if s >= tail {
+			seqs = append(seqs, s)
+		}
+	}
+	slices.Sort(seqs)
+	// Only the newest live entry of each stripe can describe a write that
+	// was cut short: writes to a stripe are serialized by the stripe lock,
+	// and the data of a completed write is flushed before the next entry
+	// of its stripe is written. Older entries describe completed writes;
+	// replaying one would rewrite parity with the content their chunks had
+	// before later, acknowledged writes (and a later entry that cannot be
+	// applied, because a modified chunk's member is gone, would leave it
+	// so). So replay the newest entry per stripe only.
+	newest := map[uint64]uint64{}
+	for _, s := range seqs {
+		newest[entries[s].h.Stripe] = s // seqs ascend
+	}
+	seqs = seqs[:0]
+	for _, s := range newest {
+		seqs = append(seqs, s)
+	}
+	slices.Sort(seqs)
+	if debugf != nil {
+		debugf("replay: tail %d, %d entries read, %d live", tail, len(entries), len(seqs))
+	}
+	for _, s := range seqs {
+		if debugf != nil {
+			e := entries[s]
+			debugf("replay seq %d stripe %d rows %d-%d mask %b zero %v partials %v %v missing %d", s, e.h.Stripe, e.h.RowLo, e.h.RowHi, e.h.ModMask, e.zero, e.partial[0] != nil, e.partial[1] != nil, len(e.missing))
+		}
+		if err := j.apply(entries[s]); err != nil {
+			return 0, err
+		}
+	}
+	j.mu.Lock()
+	j.nextSeq = max(j.nextSeq, maxSeq+1, sbSeq)
+	j.tail = j.nextSeq
+	j.mu.Unlock()
+	return len(seqs), nil
+}
+
+// settleSegments handles, on RAID-6 with both parities in sync, the row
+// segments that a replay cannot apply because exactly one modified chunk
+// X there can be neither read nor taken from the entry. P and Q may then
+// be torn against each other (each of their blocks old or new), and a
+// second chunk Y of the segment missing too would be rebuilt from both:
+// garbage in rows that hold acknowledged data. So Y, which the write did
+// not modify, is taken from the partial parity of P (the parity of every
+// unmodified byte), X is defined by P and the other chunks (its blocks
+// old or new, as for any write in flight), and Q is rewritten to match.
+// It reports the segments it settled.
+func (j *journal) settleSegments(e *replayEntry, cuts []int64, cov []cover, data [][]byte) ([]bool, error) {
+	a := j.a
+	fixed := make([]bool, len(cuts))
+	if a.geo.Level != RAID6 {
+		return fixed, nil
+	}
+	s := int64(e.h.Stripe)
+	rlo := int64(e.h.RowLo)
+	nd := a.geo.DataDisks
+	pm, qm := a.member(a.parityRole(s, 0)), a.member(a.parityRole(s, 1))
+	if !a.inSync(pm, s) || !a.inSync(qm, s) {
+		return fixed, nil
+	}
+	covering := func(i int, x, y int64) bool {
+		return e.h.ModMask&(1<<i) != 0 && cov[i].a <= x && cov[i].b >= y
+	}
+	for c := 0; c+1 < len(cuts); c++ {
+		x, y := cuts[c], cuts[c+1]
+		nilMod, nNil, missU, nMissU := -1, 0, -1, 0
+		for i := 0; i < nd; i++ {
+			if covering(i, x, y) {
+				if data[i] == nil {
+					nilMod, nNil = i, nNil+1
+				}
+				continue
+			}
+			if !a.inSync(a.member(a.dataRole(s, i)), s) {
+				missU, nMissU = i, nMissU+1
+			}
+		}
+		if nNil != 1 || nMissU > 1 || (nMissU == 1 && e.partial[0] == nil) {
+			continue
+		}
+		n := int(y - x)
+		sh := make([][]byte, nd)
+		for i := 0; i < nd; i++ {
+			switch {
+			case i == nilMod || i == missU:
+			case covering(i, x, y):
+				sh[i] = data[i][x-rlo : y-rlo]
+			default:
+				buf := blockdev.AlignedBuffer(n)
+				if err := a.mread(a.member(a.dataRole(s, i)), buf, a.moff(s, x)); err != nil {
+					if errors.Is(err, errGone) {
+						sh = nil // a member went away meanwhile: left as it is
+						break
+					}
+					return fixed, err
+				}
+				sh[i] = buf
+			}
+		}
+		if sh == nil {
+			continue
+		}
+		if missU >= 0 {
+			yb := make([]byte, n)
+			copy(yb, e.partial[0][x-rlo:y-rlo])
+			for i := 0; i < nd; i++ {
+				if i != missU && i != nilMod && !covering(i, x, y) {
+					a.coder.mulXor(0, i, sh[i], yb)
+				}
+			}
+			sh[missU] = yb
+		}
+		xb := blockdev.AlignedBuffer(n)
+		if err := a.mread(pm, xb, a.moff(s, x)); err != nil {
+			if errors.Is(err, errGone) {
+				continue
+			}
+			return fixed, err
+		}
+		for i := 0; i < nd; i++ {
+			if i != nilMod {
+				a.coder.mulXor(0, i, sh[i], xb)
+			}
+		}
+		sh[nilMod] = xb
+		q := make([]byte, n)
+		for i := 0; i < nd; i++ {
+			a.coder.mulXor(1, i, sh[i], q)
+		}
+		if err := a.mwrite(qm, q, a.moff(s, x), false); err != nil && !errors.Is(err, errGone) {
+			return fixed, err
+		}
+		a.log.Warn("raid log entry settled in part: a modified chunk's member is gone; Q rewritten to match P", "stripe", s, "rows", fmt.Sprintf("%d-%d", x, y))
+		fixed[c] = true
+	}
+	return fixed, nil
+}
+
+// entryRangeValid reports whether h's byte range lies inside the stripe's
+// data and agrees with its modified-chunk mask and row range.
+func (a *Array) entryRangeValid(h *entHeader) bool {
+	lo, hi := int64(h.DataLo), int64(h.DataHi)
+	C := a.geo.ChunkSize
+	if lo >= hi || hi > int64(a.geo.DataDisks)*C {
+		return false
+	}
+	var mask uint64
+	rlo, rhi := C, int64(0)
+	for i := 0; i < a.geo.DataDisks; i++ {
+		if c, ok := chunkCover(lo, hi, C, i); ok {
+			mask |= 1 << i
+			rlo, rhi = min(rlo, c.a), max(rhi, c.b)
+		}
+	}
+	return mask == h.ModMask && rlo == int64(h.RowLo) && rhi == int64(h.RowHi)
+}
+
+// apply recomputes the parity of one entry's rows from its partial and
+// the current data of the modified chunks. The partial parity covers
+// every byte of the rows that the write did not modify — also the
+// unmodified rows of a partly written chunk — so each modified chunk
+// contributes only the rows it covers. The rows are applied in segments
+// with one set of covering chunks each: a segment whose modified chunk
+// can be neither read nor taken from the entry is left as it is (only
+// that chunk's in-flight rows lie there), the others are made consistent.
+func (j *journal) apply(e *replayEntry) error {
+	a := j.a
+	s := int64(e.h.Stripe)
+	rlo, rhi := int64(e.h.RowLo), int64(e.h.RowHi)
+	lo, hi := int64(e.h.DataLo), int64(e.h.DataHi)
+	L := rhi - rlo
+	nd, C := a.geo.DataDisks, a.geo.ChunkSize
+	// A member away at assembly that is caught up by the stripes written
+	// while it is away (member.since) must count this one when it holds
+	// a parity chunk (not rewritten here) or a modified data chunk (the
+	// entry cannot be applied without it): its chunk may not match the
+	// others'. An unmodified data chunk is in the partial parity.
+	for x := 0; x < nd+a.geo.ParityDisks; x++ {
+		if x >= nd || e.h.ModMask&(1<<x) != 0 {
+			noteMissedOn(a.member(a.shardRole(s, x)), s)
+		}
+	}
+	cov := make([]cover, nd)
+	cuts := []int64{rlo, rhi}
+	data := make([][]byte, nd)
+	for i := 0; i < nd; i++ {
+		if e.h.ModMask&(1<<i) == 0 {
+			continue
+		}
+		cov[i], _ = chunkCover(lo, hi, C, i)
+		cuts = append(cuts, cov[i].a, cov[i].b)
+		m := a.member(a.dataRole(s, i))
+		if !a.inSync(m, s) {
+			data[i] = e.missing[i] // nil when not logged
+			continue
+		}
+		buf := blockdev.AlignedBuffer(int(L))
+		if err := a.mread(m, buf, a.moff(s, rlo)); err != nil {
+			if errors.Is(err, errGone) {
+				continue
+			}
+			return err
+		}
+		data[i] = buf
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	fixed, err := j.settleSegments(e, cuts, cov, data)
+	if err != nil {
+		return err
+	}
+	for k := 0; k < a.geo.ParityDisks; k++ {
+		pm := a.member(a.parityRole(s, k))
+		if !a.inSync(pm, s) || (e.partial[k] == nil && !e.zero) {
+			continue
+		}
+		acc := make([]byte, L)
+		if !e.zero {
+			copy(acc, e.partial[k])
+		}
+		runLo := int64(-1) // start of the run of applicable segments
+		flush := func(end int64) error {
+			if runLo < 0 {
+				return nil
+			}
+			x := runLo
+			runLo = -1
+			if err := a.mwrite(pm, acc[x-rlo:end-rlo], a.moff(s, x), false); err != nil && !errors.Is(err, errGone) {
+				return err
+			}
+			return nil
+		}
+		for c := 0; c+1 < len(cuts); c++ {
+			x, y := cuts[c], cuts[c+1]
+			if fixed[c] {
+				if err := flush(x); err != nil {
+					return err
+				}
+				continue
+			}
+			ok := true
+			for i := 0; i < nd; i++ {
+				if e.h.ModMask&(1<<i) == 0 || cov[i].a > x || cov[i].b < y {
+					continue
+				}
+				if data[i] == nil {
+					ok = false
+					break
+				}
+				a.coder.mulXor(k, i, data[i][x-rlo:y-rlo], acc[x-rlo:y-rlo])
+			}
+			if !ok {
+				a.log.Warn("raid log entry applied in part: a modified chunk's member is gone", "stripe", s, "parity", k, "rows", fmt.Sprintf("%d-%d", x, y))
+				if err := flush(x); err != nil {
+					return err
+				}
+				continue
+			}
+			if runLo < 0 {
+				runLo = x
+			}
+		}
+		if err := flush(rhi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
