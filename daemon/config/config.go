@@ -135,7 +135,7 @@ type Placement struct {
 	Domains string `mapstructure:"domains" json:"domains"`
 }
 
-// Fabrics configures both NVMe/TCP fabrics.
+// Fabrics configures both fabrics (NVMe/TCP or NVMe/RDMA each).
 type Fabrics struct {
 	// NQNPrefix is the prefix of every subsystem NQN tier0 creates,
 	// e.g. nqn.2026-11.io.tier0 (then nqn.2026-11.io.tier0:CLUSTER:array-a).
@@ -144,9 +144,15 @@ type Fabrics struct {
 	Frontend  Fabric `mapstructure:"frontend" json:"frontend"`
 }
 
-// Fabric is the NVMe/TCP settings of one fabric.
+// Fabric is the NVMe-oF settings of one fabric.
 type Fabric struct {
-	// HeaderDigest and DataDigest enable CRC32C digests.
+	// Transport is "tcp" (default) or "rdma": the fabric's targets serve
+	// NVMe/RDMA on the fabric's address and port (beside NVMe/TCP, which
+	// has its own port space), and on the backend the nodes import
+	// members over it. rdma needs a tier0d built with -tags rdma
+	// (docs/RDMA.md).
+	Transport string `mapstructure:"transport" json:"transport"`
+	// HeaderDigest and DataDigest enable CRC32C digests (NVMe/TCP only).
 	HeaderDigest bool `mapstructure:"header_digest" json:"header_digest"`
 	DataDigest   bool `mapstructure:"data_digest" json:"data_digest"`
 	// Queues is the number of I/O queues per connection (default 4).
@@ -282,6 +288,12 @@ const (
 	DefaultLeaseTTL        = 5 * time.Second
 	DefaultMemberIOTimeout = 5 * time.Second
 	DefaultMemberIORetries = 2
+)
+
+// The fabric transports (Fabric.Transport).
+const (
+	TransportTCP  = "tcp"
+	TransportRDMA = "rdma"
 )
 
 // Size is a byte count written as a number or with a unit (KiB, MiB, GiB,

@@ -214,3 +214,40 @@ func TestDHCHAPSecretValidation(t *testing.T) {
 		t.Fatalf("controller secret without host secret: %v", err)
 	}
 }
+
+func TestFabricTransport(t *testing.T) {
+	base, err := os.ReadFile("../../site-configs/local-5node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse("site.yaml", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Fabrics.Backend.Transport != TransportTCP || c.Fabrics.Frontend.Transport != TransportTCP {
+		t.Fatalf("default transports %q/%q, want tcp", c.Fabrics.Backend.Transport, c.Fabrics.Frontend.Transport)
+	}
+	rdma := strings.NewReplacer("backend:  {queues: 2, queue_depth: 64}", "backend:  {queues: 2, queue_depth: 64, transport: rdma}",
+		"frontend: {queues: 2, queue_depth: 64}", "frontend: {queues: 2, queue_depth: 64, transport: rdma}").Replace(string(base))
+	if c, err = Parse("site.yaml", []byte(rdma)); err != nil {
+		t.Fatal(err)
+	}
+	if c.Fabrics.Backend.Transport != TransportRDMA || c.Fabrics.Frontend.Transport != TransportRDMA {
+		t.Fatalf("transports %q/%q, want rdma", c.Fabrics.Backend.Transport, c.Fabrics.Frontend.Transport)
+	}
+	for _, tc := range []struct{ fabric, want string }{
+		{`backend:  {queues: 2, queue_depth: 64, transport: infiniband}`, `fabrics.backend.transport: "infiniband" is not a transport; expected tcp or rdma`},
+		{`backend:  {queues: 2, queue_depth: 64, transport: rdma, header_digest: true}`, `fabrics.backend.transport: rdma with header_digest/data_digest set`},
+		{`backend:  {queues: 2, queue_depth: 64, transport: rdma, dhchap_secret: "file:/x"}`, `fabrics.backend.transport: rdma with dhchap_secret set`},
+	} {
+		bad := strings.Replace(string(base), "backend:  {queues: 2, queue_depth: 64}", tc.fabric, 1)
+		if _, err := Parse("site.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.fabric, err, tc.want)
+		}
+	}
+	// The frontend's target authenticates over RDMA too: a secret is fine there.
+	ok := strings.Replace(string(base), "frontend: {queues: 2, queue_depth: 64}", `frontend: {queues: 2, queue_depth: 64, transport: rdma, dhchap_secret: "file:/x"}`, 1)
+	if _, err := Parse("site.yaml", []byte(ok)); err != nil {
+		t.Errorf("rdma frontend with a DH-HMAC-CHAP secret: %v", err)
+	}
+}

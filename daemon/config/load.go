@@ -205,6 +205,9 @@ func (c *Config) applyDefaults() {
 		c.Fabrics.NQNPrefix = DefaultNQNPrefix
 	}
 	for _, f := range []*Fabric{&c.Fabrics.Backend, &c.Fabrics.Frontend} {
+		if f.Transport == "" {
+			f.Transport = TransportTCP
+		}
 		if f.Queues == 0 {
 			f.Queues = DefaultQueues
 		}

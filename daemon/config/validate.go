@@ -298,6 +298,18 @@ func (c *Config) validate(earlier []Problem) error {
 		f    Fabric
 	}{{"backend", c.Fabrics.Backend}, {"frontend", c.Fabrics.Frontend}} {
 		fk := "fabrics." + f.name
+		switch f.f.Transport {
+		case TransportTCP:
+		case TransportRDMA:
+			if f.f.HeaderDigest || f.f.DataDigest {
+				k.add(fk+".transport", "rdma with header_digest/data_digest set; digests are NVMe/TCP's (RDMA's link checks its packets itself): drop them or use transport tcp")
+			}
+			if f.name == "backend" && f.f.DHCHAPSecret != "" {
+				k.add(fk+".transport", "rdma with dhchap_secret set; tier0's NVMe/RDMA host (the nodes importing members) has no DH-HMAC-CHAP yet: drop the secret or use transport tcp on the backend")
+			}
+		default:
+			k.add(fk+".transport", "%q is not a transport; expected tcp or rdma", f.f.Transport)
+		}
 		if f.f.Queues < 1 || f.f.Queues > 128 {
 			k.add(fk+".queues", "%d; expected 1-128 I/O queues", f.f.Queues)
 		}
