@@ -52,17 +52,44 @@ type listener struct {
 }
 
 // validate runs every check, appending to earlier problems, then resolves
-// automatic placement when the arrays are otherwise valid.
+// automatic placement when the arrays are otherwise valid. The checks run
+// in the order of the file's sections, so problems are reported in it.
 func (c *Config) validate(earlier []Problem) error {
 	k := &checker{file: c.File, probs: earlier}
 
+	c.checkCluster(k)
+	nodeAt, driveNode, listeners := c.checkNodes(k)
+	listeners = c.checkControlPlane(k, nodeAt, listeners)
+	checkPortClashes(k, listeners)
+	arraysOK := c.checkArrays(k, nodeAt, driveNode)
+	c.checkPlacement(k)
+	c.checkFabrics(k)
+	c.checkPolicies(k)
+	c.checkSlurm(k, nodeAt)
+
+	c.validateModel(k) // model.go
+	// Automatic placement, once everything it depends on is sound.
+	if arraysOK && !hasArrayOrNodeProblem(k.probs) {
+		c.resolvePlacement(k)
+	}
+	if len(k.probs) > 0 {
+		return &ValidationError{Problems: k.probs}
+	}
+	return nil
+}
+
+func (c *Config) checkCluster(k *checker) {
 	if c.Cluster == "" {
 		k.add("cluster", "missing; expected a cluster name such as \"weizmann\"")
 	} else if !nameRE.MatchString(c.Cluster) {
 		k.add("cluster", "%q has characters other than letters, digits, '-', '_' and '.'; expected a short name such as \"weizmann\"", c.Cluster)
 	}
+}
 
-	// Nodes, listeners and drives.
+// checkNodes checks the nodes, their listeners and drives. It returns the
+// index of every validly named node, the node of every drive and the
+// listeners whose ports are valid (for the clash check).
+func (c *Config) checkNodes(k *checker) (nodeAt map[string]int, driveNode map[string]string, listeners []listener) {
 	if len(c.Nodes) == 0 {
 		k.add("nodes", "no nodes; expected at least one node with a name, addresses and drives")
 	}
@@ -70,10 +97,9 @@ func (c *Config) validate(earlier []Problem) error {
 		k.add("nodes", "%d nodes; expected at most %d: every node's frontend serves every array's NVMe subsystem and hands out controller IDs from its own range of %d, and controller IDs are 16 bits with 0xFFF0-0xFFFF reserved; split the site into clusters of at most %d nodes",
 			len(c.Nodes), MaxNodes, CntlIDsPerNode, MaxNodes)
 	}
-	nodeAt := map[string]int{}
+	nodeAt = map[string]int{}
 	driveAt := map[string]string{} // drive name -> key of its first definition
-	driveNode := map[string]string{}
-	var listeners []listener
+	driveNode = map[string]string{}
 	for i, n := range c.Nodes {
 		key := fmt.Sprintf("nodes[%d]", i)
 		switch {
@@ -91,61 +117,78 @@ func (c *Config) validate(earlier []Problem) error {
 		if n.Address != "" {
 			k.host(key+".address", n.Address, false)
 		}
-		for _, ep := range []struct {
-			name string
-			e    Endpoint
-		}{{"backend", n.Backend}, {"frontend", n.Frontend}, {"api", n.API}} {
-			ek := key + "." + ep.name
-			h := n.hostOf(ep.e)
-			if h == "" {
-				k.add(ek+".addr", "missing; set %s.address (for every listener) or %s.addr", key, ek)
-			} else {
-				k.host(ek+".addr", h, false)
-				if ep.e.Advertise != "" {
-					k.host(ek+".advertise", ep.e.Advertise, true)
-				} else if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
-					k.add(ek+".advertise", "missing while the listen address %s is a wildcard; expected the address others should connect to", h)
-				}
-			}
-			if ep.e.Port < 1 || ep.e.Port > 65535 {
-				k.add(ek+".port", "%d is not a TCP port; expected 1-65535", ep.e.Port)
-			} else {
-				listeners = append(listeners, listener{ek + ".port", n.Name, h, ep.e.Port})
+		listeners = checkListeners(k, key, n, listeners)
+		checkDrives(k, key, n, driveAt, driveNode)
+	}
+	return nodeAt, driveNode, listeners
+}
+
+// checkListeners checks node n's backend, frontend and API endpoints and
+// appends those with a valid port to listeners.
+func checkListeners(k *checker, key string, n Node, listeners []listener) []listener {
+	for _, ep := range []struct {
+		name string
+		e    Endpoint
+	}{{"backend", n.Backend}, {"frontend", n.Frontend}, {"api", n.API}} {
+		ek := key + "." + ep.name
+		h := n.hostOf(ep.e)
+		if h == "" {
+			k.add(ek+".addr", "missing; set %s.address (for every listener) or %s.addr", key, ek)
+		} else {
+			k.host(ek+".addr", h, false)
+			if ep.e.Advertise != "" {
+				k.host(ek+".advertise", ep.e.Advertise, true)
+			} else if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
+				k.add(ek+".advertise", "missing while the listen address %s is a wildcard; expected the address others should connect to", h)
 			}
 		}
-		for j, d := range n.Drives {
-			dk := fmt.Sprintf("%s.drives[%d]", key, j)
-			switch {
-			case d.Name == "":
-				k.add(dk+".name", "missing; expected a cluster-wide unique drive name such as \"%s%d\"", n.Name, j+1)
-			case !nameRE.MatchString(d.Name):
-				k.add(dk+".name", "%q has characters other than letters, digits, '-', '_' and '.'", d.Name)
-			default:
-				if prev, dup := driveAt[d.Name]; dup {
-					k.add(dk+".name", "duplicate drive name %q (also %s); expected drive names unique across the cluster", d.Name, prev)
-				} else {
-					driveAt[d.Name] = dk
-					driveNode[d.Name] = n.Name
-				}
-			}
-			refs := 0
-			for _, r := range []string{d.Path, d.ByID, d.Serial} {
-				if r != "" {
-					refs++
-				}
-			}
-			if refs != 1 {
-				k.add(dk, "has %d of path, by_id and serial; expected exactly one", refs)
-			}
-			if d.Size < 0 || d.Size%4096 != 0 {
-				k.add(dk+".size", "%d bytes is not a multiple of 4096; expected e.g. 64MiB", int64(d.Size))
-			} else if d.Size != 0 && d.Path == "" {
-				k.add(dk+".size", "set for a drive without a path; size only applies to file-backed drives given by path")
-			}
+		if ep.e.Port < 1 || ep.e.Port > 65535 {
+			k.add(ek+".port", "%d is not a TCP port; expected 1-65535", ep.e.Port)
+		} else {
+			listeners = append(listeners, listener{ek + ".port", n.Name, h, ep.e.Port})
 		}
 	}
+	return listeners
+}
 
-	// Control plane.
+// checkDrives checks node n's drives, recording each newly named one in
+// driveAt (its key) and driveNode (its node).
+func checkDrives(k *checker, key string, n Node, driveAt, driveNode map[string]string) {
+	for j, d := range n.Drives {
+		dk := fmt.Sprintf("%s.drives[%d]", key, j)
+		switch {
+		case d.Name == "":
+			k.add(dk+".name", "missing; expected a cluster-wide unique drive name such as \"%s%d\"", n.Name, j+1)
+		case !nameRE.MatchString(d.Name):
+			k.add(dk+".name", "%q has characters other than letters, digits, '-', '_' and '.'", d.Name)
+		default:
+			if prev, dup := driveAt[d.Name]; dup {
+				k.add(dk+".name", "duplicate drive name %q (also %s); expected drive names unique across the cluster", d.Name, prev)
+			} else {
+				driveAt[d.Name] = dk
+				driveNode[d.Name] = n.Name
+			}
+		}
+		refs := 0
+		for _, r := range []string{d.Path, d.ByID, d.Serial} {
+			if r != "" {
+				refs++
+			}
+		}
+		if refs != 1 {
+			k.add(dk, "has %d of path, by_id and serial; expected exactly one", refs)
+		}
+		if d.Size < 0 || d.Size%4096 != 0 {
+			k.add(dk+".size", "%d bytes is not a multiple of 4096; expected e.g. 64MiB", int64(d.Size))
+		} else if d.Size != 0 && d.Path == "" {
+			k.add(dk+".size", "set for a drive without a path; size only applies to file-backed drives given by path")
+		}
+	}
+}
+
+// checkControlPlane checks the etcd settings and appends the embedded
+// peers' etcd listeners to listeners.
+func (c *Config) checkControlPlane(k *checker, nodeAt map[string]int, listeners []listener) []listener {
 	e := c.ControlPlane.Etcd
 	switch {
 	case len(e.Peers) > 0 && len(e.Endpoints) > 0:
@@ -187,9 +230,13 @@ func (c *Config) validate(earlier []Problem) error {
 			k.add(fmt.Sprintf("control_plane.etcd.endpoints[%d]", i), "%q is not an etcd client URL; expected e.g. http://10.0.0.1:2379", ep)
 		}
 	}
+	return listeners
+}
 
-	// Port clashes: the same port twice on one node (unless both listen on
-	// different specific addresses), or on two nodes that share an address.
+// checkPortClashes reports the same port twice on one node (unless both
+// listen on different specific addresses), or on two nodes that share an
+// address.
+func checkPortClashes(k *checker, listeners []listener) {
 	for i := 0; i < len(listeners); i++ {
 		for j := 0; j < i; j++ {
 			a, b := listeners[i], listeners[j]
@@ -203,8 +250,11 @@ func (c *Config) validate(earlier []Problem) error {
 			}
 		}
 	}
+}
 
-	// Arrays.
+// checkArrays checks every array and reports whether all of them are
+// sound (automatic placement only runs then).
+func (c *Config) checkArrays(k *checker, nodeAt map[string]int, driveNode map[string]string) bool {
 	arrayAt := map[string]int{}
 	arraysOK := true
 	for i := range c.Arrays {
@@ -223,62 +273,76 @@ func (c *Config) validate(earlier []Problem) error {
 				arrayAt[a.Name] = i
 			}
 		}
-		minW := map[string]int{RAID0: 1, RAID1: 2, RAID5: 3, RAID6: 4}
-		mw, levelOK := minW[a.Level]
-		if !levelOK {
-			k.add(key+".level", "%q is not a RAID level; expected raid0, raid1, raid5 or raid6", a.Level)
-		}
-		if a.ChunkKiB < 4 || a.ChunkKiB > 4096 || a.ChunkKiB&(a.ChunkKiB-1) != 0 {
-			k.add(key+".chunk_kib", "%d is not a power of two from 4 to 4096; expected e.g. 128", a.ChunkKiB)
-		}
-		homeOK := false
-		if a.Home == "" {
-			k.add(key+".home", "missing; expected the name of the node that owns the array when healthy, one of %s", c.nodeNames())
-		} else if _, ok := nodeAt[a.Home]; !ok {
-			k.add(key+".home", "node %q is not defined; expected one of %s", a.Home, c.nodeNames())
-		} else {
-			homeOK = true
-		}
-		if !a.Auto && a.Width != len(a.Members) {
-			k.add(key+".width", "%d but %d members are listed; expected the width to match the member list or be left out", a.Width, len(a.Members))
-		}
-		if a.Width > len(c.Nodes)-1 {
-			k.add(key+".width", "array is %d wide but the cluster has %d nodes; expected at most nodes-1 = %d (no member on the home node, no two members on one node)", a.Width, len(c.Nodes), len(c.Nodes)-1)
-		}
-		if levelOK && a.Width < mw {
-			k.add(key+".width", "%s needs at least %d members, got %d", a.Level, mw, a.Width)
-		}
-		onNode := map[string]int{}
-		seen := map[string]int{}
-		for j, m := range a.Members {
-			mk := fmt.Sprintf("%s.members[%d]", key, j)
-			if m == "" {
-				continue // reported while decoding
-			}
-			node, ok := driveNode[m]
-			if !ok {
-				k.add(mk, "drive %q is not defined on any node; expected one of the drives listed under nodes[].drives", m)
-				continue
-			}
-			if p, dup := seen[m]; dup {
-				k.add(mk, "drive %q is listed twice (also members[%d]); expected distinct drives", m, p)
-				continue
-			}
-			seen[m] = j
-			if p, two := onNode[node]; two {
-				k.add(mk, "drive %q is on node %s, like members[%d] (%s); expected at most one member per node so that losing a node costs one member", m, node, p, a.Members[p])
-			}
-			onNode[node] = j
-			if homeOK && node == a.Home {
-				k.add(mk, "drive %q is on the array's home node %s; expected members on other nodes only, so the array survives its home node's loss complete", m, node)
-			}
-		}
+		homeOK := c.checkArrayShape(k, key, a, nodeAt)
+		checkMembers(k, key, a, homeOK, driveNode)
 		if len(k.probs) > n0 {
 			arraysOK = false
 		}
 	}
+	return arraysOK
+}
 
-	// Placement, fabrics, policies, integrations.
+// checkArrayShape checks array a's level, chunk size, home node and
+// width. It reports whether the home node is defined.
+func (c *Config) checkArrayShape(k *checker, key string, a *Array, nodeAt map[string]int) (homeOK bool) {
+	minW := map[string]int{RAID0: 1, RAID1: 2, RAID5: 3, RAID6: 4}
+	mw, levelOK := minW[a.Level]
+	if !levelOK {
+		k.add(key+".level", "%q is not a RAID level; expected raid0, raid1, raid5 or raid6", a.Level)
+	}
+	if a.ChunkKiB < 4 || a.ChunkKiB > 4096 || a.ChunkKiB&(a.ChunkKiB-1) != 0 {
+		k.add(key+".chunk_kib", "%d is not a power of two from 4 to 4096; expected e.g. 128", a.ChunkKiB)
+	}
+	if a.Home == "" {
+		k.add(key+".home", "missing; expected the name of the node that owns the array when healthy, one of %s", c.nodeNames())
+	} else if _, ok := nodeAt[a.Home]; !ok {
+		k.add(key+".home", "node %q is not defined; expected one of %s", a.Home, c.nodeNames())
+	} else {
+		homeOK = true
+	}
+	if !a.Auto && a.Width != len(a.Members) {
+		k.add(key+".width", "%d but %d members are listed; expected the width to match the member list or be left out", a.Width, len(a.Members))
+	}
+	if a.Width > len(c.Nodes)-1 {
+		k.add(key+".width", "array is %d wide but the cluster has %d nodes; expected at most nodes-1 = %d (no member on the home node, no two members on one node)", a.Width, len(c.Nodes), len(c.Nodes)-1)
+	}
+	if levelOK && a.Width < mw {
+		k.add(key+".width", "%s needs at least %d members, got %d", a.Level, mw, a.Width)
+	}
+	return homeOK
+}
+
+// checkMembers checks that array a's members are defined drives, distinct,
+// on distinct nodes and (with homeOK) not on the home node.
+func checkMembers(k *checker, key string, a *Array, homeOK bool, driveNode map[string]string) {
+	onNode := map[string]int{}
+	seen := map[string]int{}
+	for j, m := range a.Members {
+		mk := fmt.Sprintf("%s.members[%d]", key, j)
+		if m == "" {
+			continue // reported while decoding
+		}
+		node, ok := driveNode[m]
+		if !ok {
+			k.add(mk, "drive %q is not defined on any node; expected one of the drives listed under nodes[].drives", m)
+			continue
+		}
+		if p, dup := seen[m]; dup {
+			k.add(mk, "drive %q is listed twice (also members[%d]); expected distinct drives", m, p)
+			continue
+		}
+		seen[m] = j
+		if p, two := onNode[node]; two {
+			k.add(mk, "drive %q is on node %s, like members[%d] (%s); expected at most one member per node so that losing a node costs one member", m, node, p, a.Members[p])
+		}
+		onNode[node] = j
+		if homeOK && node == a.Home {
+			k.add(mk, "drive %q is on the array's home node %s; expected members on other nodes only, so the array survives its home node's loss complete", m, node)
+		}
+	}
+}
+
+func (c *Config) checkPlacement(k *checker) {
 	switch c.Placement.Domains {
 	case "none":
 	case "distinct", "survive":
@@ -290,6 +354,9 @@ func (c *Config) validate(earlier []Problem) error {
 	default:
 		k.add("placement.domains", "%q is not a domain policy; expected none, distinct or survive", c.Placement.Domains)
 	}
+}
+
+func (c *Config) checkFabrics(k *checker) {
 	if !strings.HasPrefix(c.Fabrics.NQNPrefix, "nqn.") {
 		k.add("fabrics.nqn_prefix", "%q does not start with \"nqn.\"; expected e.g. %s", c.Fabrics.NQNPrefix, DefaultNQNPrefix)
 	}
@@ -334,6 +401,9 @@ func (c *Config) validate(earlier []Problem) error {
 			k.add(fk+".dhchap_ctrl_secret", "set without dhchap_secret; bidirectional authentication needs the host secret too")
 		}
 	}
+}
+
+func (c *Config) checkPolicies(k *checker) {
 	p := c.Policies
 	if p.Failback != "auto" && p.Failback != "manual" {
 		k.add("policies.failback", "%q; expected auto or manual", p.Failback)
@@ -350,6 +420,9 @@ func (c *Config) validate(earlier []Problem) error {
 	if p.MemberIORetries != nil && *p.MemberIORetries < 0 {
 		k.add("policies.member_io_retries", "%d; expected 0 or more", *p.MemberIORetries)
 	}
+}
+
+func (c *Config) checkSlurm(k *checker, nodeAt map[string]int) {
 	for i, m := range c.Slurm.Nodes {
 		if _, ok := nodeAt[m.Node]; !ok {
 			k.add(fmt.Sprintf("slurm.nodes[%d].node", i), "node %q is not defined; expected one of %s", m.Node, c.nodeNames())
@@ -358,16 +431,6 @@ func (c *Config) validate(earlier []Problem) error {
 			k.add(fmt.Sprintf("slurm.nodes[%d].slurm", i), "missing; expected the Slurm node name of %s", m.Node)
 		}
 	}
-
-	c.validateModel(k) // model.go
-	// Automatic placement, once everything it depends on is sound.
-	if arraysOK && !hasArrayOrNodeProblem(k.probs) {
-		c.resolvePlacement(k)
-	}
-	if len(k.probs) > 0 {
-		return &ValidationError{Problems: k.probs}
-	}
-	return nil
 }
 
 func hasArrayOrNodeProblem(ps []Problem) bool {
