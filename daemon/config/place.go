@@ -71,10 +71,59 @@ type PlaceRequest struct {
 // be met returns an error wrapping ErrPlacement that names the array and the
 // reason.
 func Place(req PlaceRequest) ([][]string, error) {
-	nodes := make([]*nodeState, len(req.Nodes))
-	byName := map[string]*nodeState{}
-	driveNode := map[string]*nodeState{}
-	total := 0
+	nodes, byName, driveNode, total := placeNodes(req)
+	slots := placeSlots(req)
+	if total == 0 {
+		if slots == 0 {
+			return make([][]string, len(req.Arrays)), nil
+		}
+		return nil, fmt.Errorf("no node has drives: %w", ErrPlacement)
+	}
+	limit := (slots + total - 1) / total
+
+	if err := checkPlaceable(req, nodes, byName); err != nil {
+		return nil, err
+	}
+	countFixed(req, nodes, driveNode)
+	free := func(ns *nodeState) int {
+		f := 0
+		for _, u := range ns.used {
+			f += max(limit-u, 0)
+		}
+		return f
+	}
+
+	perDomainOf := func(a PlaceArray) int {
+		switch req.Domains {
+		case "distinct":
+			return 1
+		case "survive":
+			return a.Parity
+		}
+		return len(nodes)
+	}
+	constrained := req.Domains == "distinct" || req.Domains == "survive"
+
+	// First try the greedy rule, which keeps the seed's pattern; if it
+	// paints itself into a corner, solve the node choice exactly as a
+	// maximum flow.
+	picks := placeGreedy(req, nodes, byName, free, perDomainOf, constrained)
+	countFixed(req, nodes, driveNode)
+	if picks == nil {
+		var err error
+		if picks, err = placeFlow(req, nodes, byName, free, perDomainOf, constrained, limit); err != nil {
+			return nil, err
+		}
+	}
+	return assignDrives(req, nodes, picks, limit), nil
+}
+
+// placeNodes builds the placement state of req's nodes, indexed by
+// position, by name and by drive, and counts their drives.
+func placeNodes(req PlaceRequest) (nodes []*nodeState, byName, driveNode map[string]*nodeState, total int) {
+	nodes = make([]*nodeState, len(req.Nodes))
+	byName = map[string]*nodeState{}
+	driveNode = map[string]*nodeState{}
 	for i, n := range req.Nodes {
 		ns := &nodeState{name: n.Name, idx: i, domain: n.Domain, drives: n.Drives, used: make([]int, len(n.Drives))}
 		nodes[i] = ns
@@ -84,6 +133,12 @@ func Place(req PlaceRequest) ([][]string, error) {
 		}
 		total += len(n.Drives)
 	}
+	return nodes, byName, driveNode, total
+}
+
+// placeSlots is the members all arrays need: the fixed ones listed and
+// the automatic ones' widths.
+func placeSlots(req PlaceRequest) int {
 	slots := 0
 	for _, a := range req.Arrays {
 		if a.Members != nil {
@@ -92,23 +147,23 @@ func Place(req PlaceRequest) ([][]string, error) {
 			slots += a.Width
 		}
 	}
-	if total == 0 {
-		if slots == 0 {
-			return make([][]string, len(req.Arrays)), nil
-		}
-		return nil, fmt.Errorf("no node has drives: %w", ErrPlacement)
-	}
-	limit := (slots + total - 1) / total
+	return slots
+}
 
+// checkPlaceable returns an error wrapping ErrPlacement for the first
+// automatic array that could not be placed even on its own, ignoring the
+// other arrays: its home is unknown, or too few nodes (or failure domains)
+// other than its home have drives.
+func checkPlaceable(req PlaceRequest, nodes []*nodeState, byName map[string]*nodeState) error {
 	for _, a := range req.Arrays {
 		if a.Members != nil {
 			continue
 		}
 		if _, ok := byName[a.Home]; !ok {
-			return nil, fmt.Errorf("array %s: home node %q is not one of the nodes: %w", a.Name, a.Home, ErrPlacement)
+			return fmt.Errorf("array %s: home node %q is not one of the nodes: %w", a.Name, a.Home, ErrPlacement)
 		}
 		if a.Width > len(nodes)-1 {
-			return nil, fmt.Errorf("array %s: width %d needs %d nodes besides its home node %s, but the cluster has only %d nodes: %w",
+			return fmt.Errorf("array %s: width %d needs %d nodes besides its home node %s, but the cluster has only %d nodes: %w",
 				a.Name, a.Width, a.Width, a.Home, len(nodes), ErrPlacement)
 		}
 		// On its own, ignoring the other arrays: how many members fit?
@@ -137,55 +192,30 @@ func Place(req PlaceRequest) ([][]string, error) {
 			case "survive":
 				why = fmt.Sprintf("with at most %d members per failure domain (its parity) only %d members fit; add domains or lower the width", a.Parity, fit)
 			}
-			return nil, fmt.Errorf("array %s: needs %d members: %s: %w", a.Name, a.Width, why, ErrPlacement)
+			return fmt.Errorf("array %s: needs %d members: %s: %w", a.Name, a.Width, why, ErrPlacement)
 		}
 	}
-	// Fixed members count as used, wherever they are in the list.
-	countFixed := func() {
-		for _, ns := range nodes {
-			clear(ns.used)
-		}
-		for _, a := range req.Arrays {
-			for _, m := range a.Members {
-				if ns, ok := driveNode[m]; ok {
-					ns.used[slices.Index(ns.drives, m)]++
-				}
+	return nil
+}
+
+// countFixed resets the nodes' use counts to the fixed members: they count
+// as used, wherever they are in the list.
+func countFixed(req PlaceRequest, nodes []*nodeState, driveNode map[string]*nodeState) {
+	for _, ns := range nodes {
+		clear(ns.used)
+	}
+	for _, a := range req.Arrays {
+		for _, m := range a.Members {
+			if ns, ok := driveNode[m]; ok {
+				ns.used[slices.Index(ns.drives, m)]++
 			}
 		}
 	}
-	countFixed()
-	free := func(ns *nodeState) int {
-		f := 0
-		for _, u := range ns.used {
-			f += max(limit-u, 0)
-		}
-		return f
-	}
+}
 
-	perDomainOf := func(a PlaceArray) int {
-		switch req.Domains {
-		case "distinct":
-			return 1
-		case "survive":
-			return a.Parity
-		}
-		return len(nodes)
-	}
-	constrained := req.Domains == "distinct" || req.Domains == "survive"
-
-	// First try the greedy rule, which keeps the seed's pattern; if it
-	// paints itself into a corner, solve the node choice exactly as a
-	// maximum flow.
-	picks := placeGreedy(req, nodes, byName, free, perDomainOf, constrained)
-	countFixed()
-	if picks == nil {
-		var err error
-		if picks, err = placeFlow(req, nodes, byName, free, perDomainOf, constrained, limit); err != nil {
-			return nil, err
-		}
-	}
-
-	// Hand out drives: on each chosen node the least-used drive with room.
+// assignDrives hands out drives for the picked nodes: on each chosen node
+// the least-used drive with room. Fixed arrays keep their members.
+func assignDrives(req PlaceRequest, nodes []*nodeState, picks [][]int, limit int) [][]string {
 	out := make([][]string, len(req.Arrays))
 	for ai, a := range req.Arrays {
 		if a.Members != nil {
@@ -206,7 +236,7 @@ func Place(req PlaceRequest) ([][]string, error) {
 		}
 		out[ai] = members
 	}
-	return out, nil
+	return out
 }
 
 // placeGreedy picks the nodes of each automatic array (indexes into nodes,
