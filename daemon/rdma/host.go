@@ -262,11 +262,21 @@ func (n *Namespace) check(off, length int64) error {
 	return blockdev.CheckRange(off, length, n.size, n.bs)
 }
 
-func (n *Namespace) ReadAt(p []byte, off int64) (int, error) { return n.rw(nvme.CmdRead, p, off) }
+func (n *Namespace) ReadAt(p []byte, off int64) (int, error) {
+	return n.rw(nvme.CmdRead, p, off, false)
+}
 
-func (n *Namespace) WriteAt(p []byte, off int64) (int, error) { return n.rw(nvme.CmdWrite, p, off) }
+func (n *Namespace) WriteAt(p []byte, off int64) (int, error) {
+	return n.rw(nvme.CmdWrite, p, off, false)
+}
 
-func (n *Namespace) rw(op uint8, p []byte, off int64) (int, error) {
+// WriteAtFUA writes with Force Unit Access: each command completes only
+// once its data is durable.
+func (n *Namespace) WriteAtFUA(p []byte, off int64) (int, error) {
+	return n.rw(nvme.CmdWrite, p, off, true)
+}
+
+func (n *Namespace) rw(op uint8, p []byte, off int64, fua bool) (int, error) {
 	if err := n.check(off, int64(len(p))); err != nil {
 		return 0, err
 	}
@@ -275,6 +285,9 @@ func (n *Namespace) rw(op uint8, p []byte, off int64) (int, error) {
 		k := min(len(p)-done, n.c.maxXfer)
 		s := nvme.SQE{Opcode: op, Flags: nvme.SQEFlagSGLMeta, NSID: n.nsid}
 		s.SetRW(uint64((off+int64(done))/int64(n.bs)), uint32(k/n.bs))
+		if fua {
+			s.CDW12 |= nvme.CmdWriteFUABit
+		}
 		if err := n.c.ioQueue().run(s, p[done:done+k], op == nvme.CmdWrite); err != nil {
 			return done, fmt.Errorf("rdma: %s of %d bytes at %d (namespace %d): %w", opName(op), k, off+int64(done), n.nsid, err)
 		}
@@ -293,6 +306,16 @@ func opName(op uint8) string {
 		return "write zeroes"
 	case nvme.CmdDSM:
 		return "deallocate"
+	case nvme.CmdFlush:
+		return "flush"
+	case nvme.CmdResvRegister:
+		return "reservation register"
+	case nvme.CmdResvAcquire:
+		return "reservation acquire"
+	case nvme.CmdResvRelease:
+		return "reservation release"
+	case nvme.CmdResvReport:
+		return "reservation report"
 	}
 	return fmt.Sprintf("opcode %#x", op)
 }
@@ -438,9 +461,9 @@ func (q *hostQueue) exec(s nvme.SQE, data []byte, write bool) (nvme.CQE, error) 
 	st.busy, st.sent, st.answered = true, false, false
 	q.mu.Unlock()
 	if err := q.conn.Send(slot, b); err != nil {
-		q.fail(fmt.Errorf("queue %d: posting command %#x: %w", q.qid, s.Opcode, err))
+		q.fail(fmt.Errorf("queue %d: posting command %#x: %w: %w", q.qid, s.Opcode, ErrQueueLost, err))
 		<-st.done
-		return nvme.CQE{}, fmt.Errorf("queue %d: %w: %v", q.qid, blockdev.ErrIO, err)
+		return nvme.CQE{}, fmt.Errorf("queue %d: %w: %w: %v", q.qid, ErrQueueLost, blockdev.ErrIO, err)
 	}
 	var err error
 	t := time.NewTimer(q.timeout)
@@ -449,8 +472,8 @@ func (q *hostQueue) exec(s nvme.SQE, data []byte, write bool) (nvme.CQE, error) 
 		t.Stop()
 	case <-t.C:
 		// the slot stays busy: the target may still write into its buffer
-		q.fail(fmt.Errorf("queue %d: command %#x (cid %d) not answered within %v: %w", q.qid, s.Opcode, slot, q.timeout, blockdev.ErrTimeout))
-		return nvme.CQE{}, fmt.Errorf("queue %d: command %#x not answered within %v: %w", q.qid, s.Opcode, q.timeout, blockdev.ErrTimeout)
+		q.fail(fmt.Errorf("queue %d: command %#x (cid %d) not answered within %v: %w: %w", q.qid, s.Opcode, slot, q.timeout, ErrQueueLost, blockdev.ErrTimeout))
+		return nvme.CQE{}, fmt.Errorf("queue %d: command %#x not answered within %v: %w: %w", q.qid, s.Opcode, q.timeout, ErrQueueLost, blockdev.ErrTimeout)
 	}
 	if err != nil {
 		return nvme.CQE{}, err
@@ -461,7 +484,7 @@ func (q *hostQueue) exec(s nvme.SQE, data []byte, write bool) (nvme.CQE, error) 
 	}
 	q.free <- slot
 	if !cqe.Status.OK() {
-		return cqe, fmt.Errorf("queue %d: %w", q.qid, cqe.Status)
+		return cqe, fmt.Errorf("queue %d: %w", q.qid, &StatusError{Opcode: s.Opcode, Status: cqe.Status})
 	}
 	return cqe, nil
 }
@@ -471,7 +494,7 @@ func (q *hostQueue) handle(c Completion) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if c.Err != nil {
-		q.failLocked(fmt.Errorf("queue %d: %w: %v", q.qid, blockdev.ErrIO, c.Err))
+		q.failLocked(fmt.Errorf("queue %d: %w: %w: %v", q.qid, ErrQueueLost, blockdev.ErrIO, c.Err))
 		return
 	}
 	switch c.Op {
@@ -485,11 +508,11 @@ func (q *hostQueue) handle(c Completion) {
 	case OpRecv:
 		cqe, err := nvme.ParseCQE(c.Data)
 		if err != nil {
-			q.failLocked(fmt.Errorf("queue %d: response capsule of %d bytes: %w: %v", q.qid, len(c.Data), blockdev.ErrIO, err))
+			q.failLocked(fmt.Errorf("queue %d: response capsule of %d bytes: %w: %w: %v", q.qid, len(c.Data), ErrQueueLost, blockdev.ErrIO, err))
 			return
 		}
 		if int(cqe.CID) >= len(q.slots) || !q.slots[cqe.CID].busy || q.slots[cqe.CID].answered {
-			q.failLocked(fmt.Errorf("queue %d: response for command ID %d, which is not outstanding: %w", q.qid, cqe.CID, blockdev.ErrIO))
+			q.failLocked(fmt.Errorf("queue %d: response for command ID %d, which is not outstanding: %w: %w", q.qid, cqe.CID, ErrQueueLost, blockdev.ErrIO))
 			return
 		}
 		s := &q.slots[cqe.CID]
