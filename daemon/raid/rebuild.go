@@ -198,12 +198,16 @@ func (a *Array) resync() error {
 				return err
 			}
 			// Stripes with a member out of sync are left to the
-			// rebuild (their writes went through the log).
+			// rebuild (their writes went through the log); a RAID-6
+			// one with a single shard out of sync is settled, since
+			// an unlogged write in flight at a crash that lost the
+			// member may have left P and Q torn (settleStripe).
 			a.lockStripe(s)
 			var err error
 			if a.geo.Level == RAID1 || a.allInSync(s) {
 				_, _, err = a.syncStripe(s, true, false)
 			} else {
+				err = a.settleStripe(s)
 				a.resyncSkipped.Store(true)
 			}
 			a.unlockStripe(s)

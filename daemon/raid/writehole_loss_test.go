@@ -171,3 +171,71 @@ func TestMemberAwayAtUncleanAssemblyCatchesUpInFlightStripes(t *testing.T) {
 		expectEqual(t, fmt.Sprintf("%s: stripe %d after the away member came back", tc.level, s), mustRead(t, b, s*g.StripeSize, int(g.StripeSize)), served)
 	}
 }
+
+// RAID-6: a full-stripe write of an optimal array (not logged) is in
+// flight when the owner crashes and a member is lost with it; the
+// survivors hold any mix of old and new chunks, P and Q each old or new.
+// The array serves the stripe with the lost chunk as P defines it. When
+// a second member is lost before the first returns, the stripe must
+// still read as it was served: reconstructed from P and Q, they must
+// agree. Before the resync settled such a stripe (settleStripe), P and Q
+// stayed torn against each other and the second loss read garbage in
+// chunks that held acknowledged data (TestModelCrashWithMemberLoss,
+// raid6-5 seed 7102).
+func TestRAID6TornFullStripeSettledAfterCrashWithLoss(t *testing.T) {
+	for _, n := range []int{5} {
+		probe, _ := Create(devs(newMems(n, 384<<10)), testCfg(RAID6, nil))
+		const s = 3
+		cases := []struct {
+			what        string
+			lost, later int
+		}{
+			{"data chunk 0 lost, data chunk 1 later", probe.dataRole(s, 0), probe.dataRole(s, 1)},
+			{"P lost, data chunk 0 later", probe.parityRole(s, 0), probe.dataRole(s, 0)},
+			{"Q lost, data chunk 0 later", probe.parityRole(s, 1), probe.dataRole(s, 0)},
+		}
+		probe.Abort()
+		for _, c := range cases {
+			for landed := uint(0); landed < 1<<n; landed++ {
+				rng := rand.New(rand.NewSource(int64(landed)))
+				ms := newMems(n, 384<<10)
+				a, err := Create(devs(ms), testCfg(RAID6, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := a.Geometry()
+				mustWrite(t, a, 0, randBuf(rng, int(8*g.StripeSize)))
+				if err := a.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				mustWrite(t, a, s*g.StripeSize, randBuf(rng, int(g.StripeSize))) // full stripe, in flight
+				for r := 0; r < n; r++ {
+					if landed&(1<<r) != 0 {
+						ms[r].Flush()
+					}
+				}
+				a.Abort()
+				for r := range ms {
+					ms[r].Crash()
+				}
+				d := devs(ms)
+				d[c.lost] = nil
+				b, _, err := Assemble(d, AssembleOptions{Epoch: 1, Policy: quietPolicy(nil)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				served := mustRead(t, b, 0, int(8*g.StripeSize))
+				b.WaitIdle()
+				b.FailMember(c.later, "test: second loss")
+				got := mustRead(t, b, 0, int(8*g.StripeSize))
+				b.Abort()
+				for blk := int64(0); blk < int64(len(got)); blk += 512 {
+					if !bytes.Equal(got[blk:blk+512], served[blk:blk+512]) {
+						t.Fatalf("raid6-%d, %s, member writes landed %0*b: block at byte %d (stripe %d, chunk %d) changed after the second loss",
+							n, c.what, n, landed, blk, blk/g.StripeSize, blk%g.StripeSize/g.ChunkSize)
+					}
+				}
+			}
+		}
+	}
+}
