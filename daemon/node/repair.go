@@ -35,18 +35,36 @@ func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !n.repairAllowedLocked(ctx, s, a, kind, fail) {
+		return
+	}
+	if s.arrayFailed() && !n.reassembleFailedLocked(ctx, s, a, fail) {
+		return
+	}
+	if !n.repairNeededLocked(s, i, a, kind, full, fail) {
+		return
+	}
+	n.startRepairLocked(ctx, s, i, a, kind, full, fail)
+}
+
+// repairAllowedLocked (s.mu held) reports whether this node may repair
+// array a now: it is not fenced, runs the array (or holds it failed) under
+// the decision's epoch, and the store names it owner at that epoch. A
+// refusal has been reported through fail; an owner found newer stops the
+// array here.
+func (n *Node) repairAllowedLocked(ctx context.Context, s *served, a cluster.Resync, kind string, fail func(string)) bool {
 	if n.isFenced() {
 		fail("this node has fenced itself (lease lost)")
-		return
+		return false
 	}
 	if s.array == nil && !s.arrayFailed() {
 		fail("the array is not running on this node")
 		n.notServing(a.Array, kind+" of "+a.Member)
-		return
+		return false
 	}
 	if s.epoch != a.Epoch && !legacyStaleRepair.Load() {
 		fail(fmt.Sprintf("ordered at epoch %d but the array runs here under epoch %d", a.Epoch, s.epoch))
-		return
+		return false
 	}
 	if own, err := n.ownsAt(ctx, a.Array, a.Epoch); err != nil && !legacyStaleRepair.Load() {
 		if n.newerOwner(own, s.epoch) {
@@ -57,24 +75,34 @@ func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
 			}
 		}
 		fail(err.Error())
-		return
+		return false
 	}
-	if s.arrayFailed() {
-		// A failed array comes back by a fresh assembly from its members
-		// (those that failed with it are current), not member by member.
-		why := s.failReason()
-		if err := s.assembleLocked(ctx, a.Epoch, nil); err != nil {
-			fail("the array failed (" + why + ") and re-assembling it from its members failed: " + err.Error())
-			return
-		}
-		n.log.Info("failed array re-assembled", "array", a.Array, "epoch", a.Epoch)
-		n.sendReport(report{Kind: "assembled", Array: a.Array, Epoch: a.Epoch})
-		n.recordEvent("array-recovered", a.Array, a.Epoch, "re-assembled from its members after: "+why)
+	return true
+}
+
+// reassembleFailedLocked (s.mu held) brings a failed array back by a fresh
+// assembly from its members (those that failed with it are current), not
+// member by member. It reports whether the array runs again.
+func (n *Node) reassembleFailedLocked(ctx context.Context, s *served, a cluster.Resync, fail func(string)) bool {
+	why := s.failReason()
+	if err := s.assembleLocked(ctx, a.Epoch, nil); err != nil {
+		fail("the array failed (" + why + ") and re-assembling it from its members failed: " + err.Error())
+		return false
 	}
-	// The RAID engine's view of the member decides, not only the record
-	// of a repair started here: a repair whose member was lost again
-	// before it ended left that record behind (nemesis seed 411: "repair
-	// already running" for ever).
+	n.log.Info("failed array re-assembled", "array", a.Array, "epoch", a.Epoch)
+	n.sendReport(report{Kind: "assembled", Array: a.Array, Epoch: a.Epoch})
+	n.recordEvent("array-recovered", a.Array, a.Epoch, "re-assembled from its members after: "+why)
+	return true
+}
+
+// repairNeededLocked (s.mu held) reports whether role i needs a repair
+// started. The RAID engine's view of the member decides, not only the
+// record of a repair started here: a repair whose member was lost again
+// before it ended left that record behind (nemesis seed 411: "repair
+// already running" for ever). An active member is reported done; a
+// running repair is resumed (or, when a full rebuild is asked of a member
+// that resyncs, failed so that the rebuild starts).
+func (n *Node) repairNeededLocked(s *served, i int, a cluster.Resync, kind string, full bool, fail func(string)) bool {
 	st := s.array.Status()
 	state := ""
 	if i < len(st.Members) {
@@ -84,13 +112,13 @@ func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
 	case state == "active":
 		delete(s.pending, i)
 		n.sendReport(report{Kind: kind + "-done", Array: a.Array, Member: a.Member, Epoch: s.epoch})
-		return
+		return false
 	case state == "rebuilding" && full && k != "rebuild":
 		// A full rebuild is asked for (the drive was replaced) while the
 		// member resyncs from its old contents: that resync is void.
 		if err := s.array.FailMember(i, "replaced: rebuilt in full"); err != nil {
 			fail(err.Error())
-			return
+			return false
 		}
 		delete(s.pending, i)
 	case state == "rebuilding":
@@ -104,15 +132,21 @@ func (n *Node) doRepair(ctx context.Context, a cluster.Resync, full bool) {
 		if err := s.array.Resume(i); err != nil {
 			delete(s.pending, i)
 			fail(err.Error())
-			return
+			return false
 		}
 		n.log.Info("repair already running", "array", a.Array, "member", a.Member, "kind", k)
-		return
+		return false
 	case ok:
 		n.log.Warn("the repair started earlier ended without a report (its member was lost again); starting it again",
 			"array", a.Array, "member", a.Member, "kind", k, "state", state, "reason", st.Members[i].Reason)
 		delete(s.pending, i)
 	}
+	return true
+}
+
+// startRepairLocked (s.mu held) imports and fences role i's drive afresh
+// and starts its resync (ReAdd) or, with full, its rebuild (Replace).
+func (n *Node) startRepairLocked(ctx context.Context, s *served, i int, a cluster.Resync, kind string, full bool, fail func(string)) {
 	s.dropMember(i)
 	c, ns, err := n.importMember(ctx, a.Array, a.Member)
 	if err == nil {
