@@ -56,6 +56,23 @@ type Row struct {
 	BoundHealthy, BoundDegraded float64
 }
 
+// CPUBound reports whether, under the drive model (modelled), one of the
+// row's figures reached below modelBound of the modelled drives' capacity:
+// then this machine's CPUs or tier0's own path set it, not the model, and
+// the row is no finding.
+func (r Row) CPUBound(modelled bool) bool {
+	return modelled && (r.BoundHealthy < modelBound || r.BoundDegraded < modelBound)
+}
+
+// SideText is Tier0Text as the side-by-side table prints it beside the
+// seed's figure: a CPU-bound figure says so first, as its verdict does.
+func (r Row) SideText(modelled bool) string {
+	if r.Has() && r.CPUBound(modelled) {
+		return "CPU-bound, not a finding: " + r.Tier0Text()
+	}
+	return r.Tier0Text()
+}
+
 // Has reports whether tier0's value is available.
 func (r Row) Has() bool { return !math.IsNaN(r.Tier0) }
 

@@ -200,3 +200,46 @@ func TestEfficiencyUnderTheModelNeedsBothLayersBound(t *testing.T) {
 		t.Errorf("both layers at 96%% of the model: %s, %s; want confirmed", o, p)
 	}
 }
+
+// TestSideBySideLabelsCPUBoundFigures: the side-by-side table puts tier0's
+// figures beside the seed's, so a figure the model did not set must say so
+// there too, not only in the verdict (issue 17: a demo printed "Mean
+// latency change, sequential write +66.7%" beside the seed's +10–15% and a
+// drive-bound theory of +0% with no label, although both states reached
+// under half of the modelled drives' capacity).
+func TestSideBySideLabelsCPUBoundFigures(t *testing.T) {
+	res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
+	res.Run.Model = &bench.ModelInfo{Profile: "p", Scale: 1, Drive: bench.DriveFigures{ReadBytesPerS: 1 << 20, WriteBytesPerS: 1 << 20, ReadIOPS: 100, WriteIOPS: 100}}
+	res.Failover = &bench.FailoverRecord{Node: "B"}
+	for _, a := range []string{"A", "B", "C", "D", "E"} {
+		res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
+		res.Failover.Arrays = append(res.Failover.Arrays, bench.ArrayFailover{Array: a, Moved: a == "B", Degraded: a != "B"})
+	}
+	// Sequential writes: the drives allow 15 MiB/s of data either way;
+	// 6 healthy and 3.6 with a node lost, the latency up 66%.
+	res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioSeqWrite1M, []float64{6, 6.1, 5.9}, []float64{1000}))
+	res.Add(rep(bench.LayerFrontend, bench.Degraded, bench.ScenarioSeqWrite1M, []float64{3.6, 3.7, 3.5}, []float64{1660}))
+	// Random reads bound by the model: 2000 IOPS healthy, 1200 degraded.
+	res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioRandRead4K, []float64{1900, 2000, 1950}, []float64{8000}))
+	res.Add(rep(bench.LayerFrontend, bench.Degraded, bench.ScenarioRandRead4K, []float64{1150, 1180, 1200}, []float64{13000}))
+	ref, _ := Seed()
+	cells := map[string]string{}
+	for _, tb := range buildTables(res, ref) {
+		if tb.Title != "Side by side with the seed" {
+			continue
+		}
+		for _, r := range tb.Rows {
+			cells[r[0]] = r[1]
+		}
+	}
+	for _, m := range []string{"Mean latency change, sequential write", "Retained with one node lost, sequential write"} {
+		if c := cells[m]; !strings.HasPrefix(c, "CPU-bound, not a finding: ") {
+			t.Errorf("%s: %q beside the seed's; want it labelled CPU-bound, not a finding", m, c)
+		}
+	}
+	for _, m := range []string{"Mean latency change, random read", "Retained with one node lost, random read IOPS"} {
+		if c := cells[m]; c == "" || strings.Contains(c, "CPU-bound") {
+			t.Errorf("%s: %q; want the model-bound figure without a CPU-bound label", m, c)
+		}
+	}
+}

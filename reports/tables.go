@@ -92,13 +92,13 @@ func buildTables(res *bench.Results, ref *Reference) []table {
 	out = append(out, checks)
 
 	cmpT := table{Title: "Side by side with the seed", Header: []string{"metric", "tier0 (median, range)", "seed", "drive-bound theory", "tier0 basis"},
-		Note: "Seed: " + ref.Name + ". The seed's \"raw block layer\" is its RAID volumes over NVMe-oF; its shared layer is IBM Storage Scale. tier0's counterparts are the block layer (array on its owner) and the frontend (NVMe/TCP namespace). A ratio is \"within noise\" when the ranges of its two figures over the repetitions overlap: it is then no finding. The theory column is what the arrays' geometry gives when the drives alone bound the rate (see docs/BENCH.md); it describes this run's figures only when they came from the drive model."}
+		Note: "Seed: " + ref.Name + ". The seed's \"raw block layer\" is its RAID volumes over NVMe-oF; its shared layer is IBM Storage Scale. tier0's counterparts are the block layer (array on its owner) and the frontend (NVMe/TCP namespace). A ratio is \"within noise\" when the ranges of its two figures over the repetitions overlap: it is then no finding. Under the drive model a ratio is \"CPU-bound, not a finding\" when one of its figures reached under 75% of the modelled drives' capacity: this machine, not the model, set it. The theory column is what the arrays' geometry gives when the drives alone bound the rate (see docs/BENCH.md); it describes this run's figures only when they came from the drive model."}
 	for _, r := range Compare(res, ref) {
 		th := r.TheoryValue()
 		if th != "—" && r.TheoryText != "" {
 			th += " (" + r.TheoryText + ")"
 		}
-		cmpT.Rows = append(cmpT.Rows, []string{r.Metric, r.Tier0Text(), r.SeedText, th, r.Basis})
+		cmpT.Rows = append(cmpT.Rows, []string{r.Metric, r.SideText(res.Run.Model != nil), r.SeedText, th, r.Basis})
 	}
 	out = append(out, cmpT)
 	if ct, ok := cpuTable(res); ok {

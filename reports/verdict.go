@@ -127,10 +127,10 @@ func judge(r Row, modelled bool) (outcome, phrase string) {
 			return NotConfirmed, fig + " is impossible for the design (losing a node cannot make I/O faster): this machine's CPUs set it"
 		}
 	}
-	if modelled && r.Group == "efficiency" && (r.BoundHealthy < modelBound || r.BoundDegraded < modelBound) {
+	if r.Group == "efficiency" && r.CPUBound(modelled) {
 		return NotConfirmed, fmt.Sprintf("%s is not set by the model (CPU-bound, not a finding): the frontend reached %s and the block layer %s of the modelled drives' capacity, so the ratio compares this machine's limits, not the layers", fig, pct(r.BoundHealthy), pct(r.BoundDegraded))
 	}
-	if modelled && (r.BoundHealthy < modelBound || r.BoundDegraded < modelBound) {
+	if r.CPUBound(modelled) {
 		return NotConfirmed, fmt.Sprintf("%s is not set by the model (CPU-bound, not a finding): healthy reached %s and one node lost %s of the modelled drives' capacity (theory %s), so this machine's CPUs or tier0's own path set it", fig, pct(r.BoundHealthy), pct(r.BoundDegraded), r.TheoryValue())
 	}
 	if modelled && !math.IsNaN(r.Theory) && r.Group == "retention" && r.Lo > r.Theory+claimTolerance {
