@@ -252,7 +252,6 @@ func (n *Node) reconcileVolumes(ctx context.Context) error {
 func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *store.Pool) error {
 	s.volMu.Lock()
 	defer s.volMu.Unlock()
-	n, t := s.n, s.n.frontend
 	s.volIDs.Lock()
 	if s.vols == nil {
 		s.vols = map[uint32]*window{}
@@ -261,7 +260,6 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 	if p.Capacity != s.gate.size || p.BlockSize != s.gate.bs {
 		return fmt.Errorf("volume table made for capacity %d / block size %d, the array has %d / %d; its volumes are not served here", p.Capacity, p.BlockSize, s.gate.size, s.gate.bs)
 	}
-	var errs []error
 	want := map[uint32]*store.Volume{}
 	for i := range p.Volumes {
 		v := &p.Volumes[i]
@@ -269,7 +267,30 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 			want[v.NSID] = v
 		}
 	}
-	// the implicit volume
+	errs := s.unserveVolumesLocked(want)
+	errs = append(errs, s.reportRemovedLocked(ctx, vs, p)...)
+	errs = append(errs, s.serveVolumesLocked(want)...)
+	// The owner zeroes new extents before they are exposed, on a table
+	// read now, under volMu: a pass that read the table before an earlier
+	// one recorded the zeroing must not zero bytes a host may have written
+	// since.
+	if s.runEpoch.Load() != 0 && s.gate.refused() == nil && slices.ContainsFunc(p.Volumes, func(v store.Volume) bool {
+		return v.State == store.VolumeCreating || v.State == store.VolumeGrowing
+	}) {
+		more, err := s.zeroPendingLocked(ctx, vs, p.Name)
+		errs = append(errs, more...)
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unserveVolumesLocked (volMu held) removes the implicit volume's
+// namespace and those of volumes no longer in want (gone or deleting).
+func (s *served) unserveVolumesLocked(want map[uint32]*store.Volume) []error {
+	t := s.n.frontend
+	var errs []error
 	if s.implicit {
 		if err := t.RemoveNamespace(s.nqn, frontendNSID); err != nil && !errors.Is(err, target.ErrNotFound) {
 			errs = append(errs, err)
@@ -279,7 +300,6 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 			s.volIDs.Unlock()
 		}
 	}
-	// gone or deleting
 	for id := range s.vols {
 		if _, ok := want[id]; ok {
 			continue
@@ -292,7 +312,15 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 		delete(s.vols, id)
 		s.volIDs.Unlock()
 	}
+	return errs
+}
+
+// reportRemovedLocked (volMu held) records in the store that this node no
+// longer serves the deleting volumes it has not reported yet.
+func (s *served) reportRemovedLocked(ctx context.Context, vs *store.Volumes, p *store.Pool) []error {
+	n := s.n
 	me := n.me.Name
+	var errs []error
 	for i := range p.Volumes {
 		v := &p.Volumes[i]
 		if v.State != store.VolumeDeleting || slices.Contains(v.RemovedOn, me) {
@@ -307,7 +335,15 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 		}
 		cancel()
 	}
-	// new and grown
+	return errs
+}
+
+// serveVolumesLocked (volMu held) adds a namespace for every new volume in
+// want and resizes those of grown ones.
+func (s *served) serveVolumesLocked(want map[uint32]*store.Volume) []error {
+	n, t := s.n, s.n.frontend
+	me := n.me.Name
+	var errs []error
 	for id, v := range want {
 		w, ok := s.vols[id]
 		if !ok {
@@ -337,37 +373,36 @@ func (s *served) reconcileVolumes(ctx context.Context, vs *store.Volumes, p *sto
 			n.log.Info("volume grown", "array", s.cfg.Name, "volume", v.Name, "nsid", id, "size", v.Size)
 		}
 	}
-	// The owner zeroes new extents before they are exposed, on a table
-	// read now, under volMu: a pass that read the table before an earlier
-	// one recorded the zeroing must not zero bytes a host may have written
-	// since.
-	if s.runEpoch.Load() != 0 && s.gate.refused() == nil && slices.ContainsFunc(p.Volumes, func(v store.Volume) bool {
-		return v.State == store.VolumeCreating || v.State == store.VolumeGrowing
-	}) {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		fresh, err := vs.Pool(rctx, p.Name)
-		cancel()
-		if err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		for i := range fresh.Volumes {
-			v := &fresh.Volumes[i]
-			if v.State != store.VolumeCreating && v.State != store.VolumeGrowing {
-				continue
-			}
-			if err := s.zero(v.Pending); err != nil {
-				errs = append(errs, fmt.Errorf("zeroing volume %s: %w", v.Name, err))
-				continue
-			}
-			uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if _, err := vs.Zeroed(uctx, fresh.Name, v.Name, v.Pending); err != nil && !errors.Is(err, store.ErrConflict) {
-				// (a conflict: another pass or owner recorded it first)
-				errs = append(errs, err)
-			}
-			cancel()
-		}
+	return errs
+}
+
+// zeroPendingLocked (volMu held) zeroes the pending extents of the
+// creating and growing volumes of pool's table as read now, recording
+// each in the store. err is set when the table could not be read.
+func (s *served) zeroPendingLocked(ctx context.Context, vs *store.Volumes, pool string) (errs []error, err error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	fresh, err := vs.Pool(rctx, pool)
+	cancel()
+	if err != nil {
+		return nil, err
 	}
-	return errors.Join(errs...)
+	for i := range fresh.Volumes {
+		v := &fresh.Volumes[i]
+		if v.State != store.VolumeCreating && v.State != store.VolumeGrowing {
+			continue
+		}
+		if err := s.zero(v.Pending); err != nil {
+			errs = append(errs, fmt.Errorf("zeroing volume %s: %w", v.Name, err))
+			continue
+		}
+		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := vs.Zeroed(uctx, fresh.Name, v.Name, v.Pending); err != nil && !errors.Is(err, store.ErrConflict) {
+			// (a conflict: another pass or owner recorded it first)
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	return errs, nil
 }
 
 func (s *served) zero(ext []store.Extent) error {
