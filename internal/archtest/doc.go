@@ -1,4 +1,6 @@
 // Package archtest holds the test that keeps the package layering of
 // docs/ARCHITECTURE.md true: it lists every package's imports with
-// `go list` and fails when one imports a tier0 package its layer may not.
+// `go list` and fails when one imports a tier0 package its layer may not,
+// or when the package table of docs/ARCHITECTURE.md is not exactly what
+// the packages import.
 package archtest
