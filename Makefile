@@ -6,9 +6,11 @@ BIN      := bin
 TESTFLAGS ?= -race -timeout 28m
 # Seeds of the in-process simulation (reliability/sim) that make test runs
 # without the race detector (its -race pass runs 60); make soak runs
-# SIM_SOAK_SEEDS more when set.
+# SIM_SOAK_SEEDS more when set, or seeds for SIM_SOAK_FOR (a duration, e.g.
+# 1h) with the table per fault kind and overlap (docs/RELIABILITY.md).
 SIM_SEEDS ?= 1000
 SIM_SOAK_SEEDS ?=
+SIM_SOAK_FOR ?=
 export GOFLAGS := -buildvcs=false
 
 .PHONY: all build test test-short fuzz lint bench demo soak deps clean
@@ -53,6 +55,7 @@ demo: build
 
 soak: build
 	if [ -n "$(SIM_SOAK_SEEDS)" ]; then $(GO) test -count=1 -timeout 0 -run TestSimSeeds ./reliability/sim/ -sim.first=100000 -sim.seeds=$(SIM_SOAK_SEEDS); fi
+	if [ -n "$(SIM_SOAK_FOR)" ]; then $(GO) test -count=1 -timeout 0 -v -run TestSimSeeds ./reliability/sim/ -sim.first=100000 -sim.for=$(SIM_SOAK_FOR) -sim.table; fi
 	./scripts/soak.sh
 
 clean:

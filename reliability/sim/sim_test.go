@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 var (
@@ -18,6 +21,8 @@ var (
 	flagFirst  = flag.Uint64("sim.first", 1, "first seed of TestSimSeeds")
 	flagFaults = flag.String("sim.faults", "", "TestSimSeeds runs this schedule (\"KIND NODE at TICK for TICKS\" lines separated by ';') instead of drawn ones")
 	flagLegacy = flag.Bool("sim.legacy", false, "TestSimSeeds with the pre-bd91d05 repair rule (issue 12 hole 1): expect failures")
+	flagFor    = flag.Duration("sim.for", 0, "TestSimSeeds runs seeds from -sim.first until this much time has passed (a soak), instead of -sim.seeds")
+	flagTable  = flag.Bool("sim.table", false, "TestSimSeeds logs its runs, operations and failures per fault kind and per overlapping pair of kinds (docs/RELIABILITY.md's soak table)")
 )
 
 func seeds(t *testing.T) int {
@@ -49,8 +54,16 @@ func TestSimSeeds(t *testing.T) {
 		first, n = *flagSeed, 1
 	}
 	faults := strings.ReplaceAll(*flagFaults, ";", "\n")
-	results := make([]Result, n)
-	errs := make([]error, n)
+	var deadline time.Time
+	if *flagFor > 0 && *flagSeed == 0 {
+		deadline = time.Now().Add(*flagFor)
+		n = math.MaxInt32
+	}
+	var (
+		mu      sync.Mutex
+		results []Result
+		errs    []error
+	)
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range runtime.GOMAXPROCS(0) {
@@ -58,15 +71,31 @@ func TestSimSeeds(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				results[i], errs[i] = Run(Options{Seed: first + uint64(i), Legacy: *flagLegacy, Faults: faults})
+				r, err := Run(Options{Seed: first + uint64(i), Legacy: *flagLegacy, Faults: faults})
+				mu.Lock()
+				results, errs = append(results, r), append(errs, err)
+				mu.Unlock()
 			}
 		}()
 	}
-	for i := range n {
+	for i := 0; i < n && (deadline.IsZero() || time.Now().Before(deadline)); i++ {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
+	n = len(results)
+	// Seeds finish out of order: report them in seed order.
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(results[a].Seed, results[b].Seed) })
+	sorted, sortedErrs := make([]Result, n), make([]error, n)
+	for i, j := range idx {
+		sorted[i], sortedErrs[i] = results[j], errs[j]
+	}
+	results, errs = sorted, sortedErrs
+	var tally Tally
 	failed, ops := 0, 0
 	var unserved []string
 	byKind := map[string]int{}
@@ -75,6 +104,7 @@ func TestSimSeeds(t *testing.T) {
 			t.Fatalf("seed %d: %v", first+uint64(i), errs[i])
 		}
 		ops += r.Ops
+		tally.Add(r)
 		if r.Unserved {
 			unserved = append(unserved, fmt.Sprintf("seed %d (%s)", r.Seed, strings.ReplaceAll(strings.TrimSpace(r.Schedule.String()), "\n", "; ")))
 		}
@@ -92,6 +122,9 @@ func TestSimSeeds(t *testing.T) {
 		}
 	}
 	t.Logf("seeds %d-%d: faults %v, %d operations checked, %d seeds failed, %d left the array unserved after the faults ended", first, first+uint64(n)-1, byKind, ops, failed, len(unserved))
+	if *flagTable {
+		t.Logf("per fault kind and overlapping pair of kinds:\n%s", tally.Markdown())
+	}
 	for i, u := range unserved {
 		if i == 5 {
 			break
