@@ -365,13 +365,21 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 		}
 	}
 	// Empty log, new bitmap and superblock on the member before it
-	// takes writes (its old log entries must never be replayed).
+	// takes writes (its old log entries must never be replayed). The
+	// empty log is made durable before the superblock that takes the
+	// member back: the array may have reused the sequence numbers of
+	// entries only this member held (it was lost with a crash), and a
+	// replay would merge such an old entry with the new one.
 	zero := blockdev.AlignedBuffer(metaBlock)
 	for k := 0; k < a.jl.slots; k++ {
 		if _, err := dev.WriteAt(zero, a.jl.slotOff(k)); err != nil {
 			a.failAs(nm, "log reset: "+err.Error(), a.unreachable(err))
 			return err
 		}
+	}
+	if err := dev.Flush(); err != nil {
+		a.failAs(nm, "log reset: "+err.Error(), a.unreachable(err))
+		return err
 	}
 	if err := a.bm.writeAll(dev); err != nil {
 		a.failAs(nm, "bitmap write: "+err.Error(), a.unreachable(err))
