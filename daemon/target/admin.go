@@ -411,7 +411,7 @@ func (c *controller) featureNamespace(nsid uint32) (*namespace, nvme.Status) {
 	if nsid == 0 || nsid == 0xFFFFFFFF {
 		return nil, nvme.StatusSuccess
 	}
-	ns := c.sub.namespace(nsid)
+	ns := c.namespace(nsid)
 	if ns == nil {
 		return nil, nvme.StatusInvalidNS | nvme.StatusDNR
 	}

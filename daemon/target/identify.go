@@ -47,7 +47,7 @@ func (t *Target) identify(r *request) nvme.Status {
 		if id.NSID == 0 || id.NSID == 0xFFFFFFFF {
 			return nvme.StatusInvalidNS | nvme.StatusDNR
 		}
-		ns := c.sub.namespace(id.NSID)
+		ns := c.namespace(id.NSID)
 		if ns == nil {
 			r.sendData(make([]byte, nvme.IdentifyLen))
 			return nvme.StatusSuccess
@@ -61,9 +61,9 @@ func (t *Target) identify(r *request) nvme.Status {
 		if id.NSID >= 0xFFFFFFFE {
 			return nvme.StatusInvalidNS | nvme.StatusDNR
 		}
-		r.sendData(nvme.AppendNSList(nil, c.sub.nsids(), id.NSID))
+		r.sendData(nvme.AppendNSList(nil, c.nsids(), id.NSID))
 	case nvme.CNSNSDescList:
-		ns := c.sub.namespace(id.NSID)
+		ns := c.namespace(id.NSID)
 		if ns == nil {
 			return nvme.StatusInvalidNS | nvme.StatusDNR
 		}
@@ -88,7 +88,7 @@ func (t *Target) identify(r *request) nvme.Status {
 		if id.CSI != nvme.CSINVM {
 			return nvme.StatusInvalidField | nvme.StatusDNR
 		}
-		if c.sub.namespace(id.NSID) == nil {
+		if c.namespace(id.NSID) == nil {
 			return nvme.StatusInvalidNS | nvme.StatusDNR
 		}
 		r.sendData(make([]byte, nvme.IdentifyLen))
@@ -151,7 +151,7 @@ func (t *Target) getLogPage(r *request) nvme.Status {
 	case nvme.LogCmdEffects:
 		return r.sendLog(cmdEffects.Append(nil), g)
 	case nvme.LogANA:
-		l := c.sub.anaLog()
+		l := c.anaLog()
 		rgo := g.LSP&nvme.LogANALSPGroupsOnly != 0
 		return r.sendLog(l.Append(nil, rgo), g)
 	case nvme.LogResvNotification:

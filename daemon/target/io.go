@@ -19,8 +19,8 @@ func (t *Target) io(r *request) nvme.Status {
 		return nvme.StatusInvalidOpcode | nvme.StatusDNR
 	}
 	if s.Opcode == nvme.CmdFlush && s.NSID == 0xFFFFFFFF {
-		for _, id := range c.sub.nsids() {
-			if ns := c.sub.namespace(id); ns != nil {
+		for _, id := range c.nsids() {
+			if ns := c.namespace(id); ns != nil {
 				if st := t.nsCommand(r, c, ns); !st.OK() {
 					return st
 				}
@@ -28,7 +28,7 @@ func (t *Target) io(r *request) nvme.Status {
 		}
 		return nvme.StatusSuccess
 	}
-	ns := c.sub.namespace(s.NSID)
+	ns := c.namespace(s.NSID)
 	if ns == nil {
 		return nvme.StatusInvalidNS | nvme.StatusDNR
 	}

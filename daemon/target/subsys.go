@@ -61,6 +61,9 @@ type NamespaceConfig struct {
 	EUI64 [8]byte
 	// ANAGroup is the ANA group ID, 1..32 (default 1).
 	ANAGroup uint32
+	// Hosts, when not empty, are the only host NQNs (of those the
+	// subsystem admits) that see and may use the namespace (nshosts.go).
+	Hosts []string
 }
 
 type subsystem struct {
@@ -104,6 +107,8 @@ type namespace struct {
 	eui64 [8]byte
 	group uint32
 	resv  *reservation
+	// hosts is the allow-list (nshosts.go); nil: every admitted host.
+	hosts atomic.Pointer[nsHosts]
 	// removed is set by RemoveNamespace; commands that find it set fail.
 	removed atomic.Bool
 
@@ -231,7 +236,12 @@ func (t *Target) AddNamespace(subnqn string, nc NamespaceConfig) error {
 	if bs < 512 || bs&(bs-1) != 0 || nc.Device.Size() < int64(bs) {
 		return fmt.Errorf("namespace %d: device block size %d / size %d unusable: %w", nc.NSID, bs, nc.Device.Size(), ErrInvalid)
 	}
+	hosts, err := newNSHosts(nc.Hosts)
+	if err != nil {
+		return fmt.Errorf("namespace %d of %s: %w", nc.NSID, subnqn, err)
+	}
 	ns := &namespace{sub: s, id: nc.NSID, dev: nc.Device, bs: bs, nguid: nc.NGUID, uuid: nc.UUID, eui64: nc.EUI64, group: nc.ANAGroup}
+	ns.setHosts(hosts)
 	ns.resv, err = loadReservation(ns, s.resvBackend)
 	if err != nil {
 		return fmt.Errorf("namespace %d of %s: reservation state: %w", nc.NSID, subnqn, err)
