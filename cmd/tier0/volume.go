@@ -26,7 +26,7 @@ func newVolumeCmd(root *rootOptions) *cobra.Command {
 			"carved from it. See docs/VOLUMES.md.",
 	}
 	o := newClusterGroup(root, vol)
-	vol.AddCommand(newVolumeListCmd(o), newVolumeShowCmd(o), newVolumeCreateCmd(o), newVolumeResizeCmd(o), newVolumeDeleteCmd(o))
+	vol.AddCommand(newVolumeListCmd(o), newVolumeShowCmd(o), newVolumeCreateCmd(o), newVolumeResizeCmd(o), newVolumeHostsCmd(o), newVolumeDeleteCmd(o))
 	return vol
 }
 
@@ -89,6 +89,11 @@ func newVolumeShowCmd(o *clusterOptions) *cobra.Command {
 func printVolume(w io.Writer, v api.Volume) error {
 	fmt.Fprintf(w, "volume %s: pool %s, %s namespace %d, size %s (%d bytes), state %s\n", v.Name, v.Pool, v.SubNQN, v.NSID, units.FormatBytes(v.Size), v.Size, v.State)
 	fmt.Fprintf(w, "  nguid %s, uuid %s\n", v.NGUID, v.UUID)
+	if len(v.Hosts) > 0 {
+		fmt.Fprintf(w, "  hosts: %s (no other host sees it)\n", strings.Join(v.Hosts, ", "))
+	} else {
+		fmt.Fprintln(w, "  hosts: every host the pool's subsystem admits")
+	}
 	for _, e := range v.Extents {
 		fmt.Fprintf(w, "  extent: pool bytes %d +%d\n", e.Off, e.Len)
 	}
@@ -128,23 +133,29 @@ type volumeCreateOptions struct {
 	cluster *clusterOptions
 	pool    string
 	size    string
+	hosts   []string
 }
+
+// allowHostUsage is the help of --allow-host.
+const allowHostUsage = "a host NQN that may see and use the volume (repeat for several); with none every host the pool's subsystem admits does"
 
 func (o *volumeCreateOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.pool, "pool", "", "the array to carve the volume from (required)")
 	fs.StringVar(&o.size, "size", "", "the volume's size: 10GiB, 512M, ... (powers of 1024; required)")
+	fs.StringArrayVar(&o.hosts, "allow-host", nil, allowHostUsage)
 }
 
 func newVolumeCreateCmd(co *clusterOptions) *cobra.Command {
 	o := &volumeCreateOptions{cluster: co}
 	cmd := &cobra.Command{
-		Use:   "create NAME --pool ARRAY --size SIZE",
+		Use:   "create NAME --pool ARRAY --size SIZE [--allow-host NQN]...",
 		Short: "Create a thick volume; every node serves it once the pool's owner zeroed it",
 		Long: "Allocate SIZE bytes of ARRAY (first fit) for a new volume with the next free\n" +
 			"namespace ID and a new NGUID/UUID. The pool's owner zeroes the bytes, then\n" +
 			"every node adds the namespace and connected hosts are told (rescan). The pool\n" +
 			"must have been carved: `tier0 volume delete ARRAY --force` releases its implicit\n" +
-			"whole-array volume once. Needs the API token.",
+			"whole-array volume once. With --allow-host only those hosts see the namespace\n" +
+			"(on every node's path); others find no such NSID. Needs the API token.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runVolumeCreate(cmd, o, args[0]) },
 	}
@@ -161,7 +172,7 @@ func runVolumeCreate(cmd *cobra.Command, o *volumeCreateOptions, name string) er
 		return fmt.Errorf("--size: %w", err)
 	}
 	return mutateVolume(cmd, o.cluster, func(ctx context.Context, cl *api.Client) (api.Volume, error) {
-		return cl.CreateVolume(ctx, name, o.pool, size)
+		return cl.CreateVolume(ctx, name, o.pool, size, o.hosts...)
 	}, "created; it is served once the pool's owner zeroed it (tier0 volume show "+name+")")
 }
 
@@ -192,6 +203,41 @@ func newVolumeResizeCmd(co *clusterOptions) *cobra.Command {
 			return mutateVolume(cmd, o.cluster, func(ctx context.Context, cl *api.Client) (api.Volume, error) {
 				return cl.ResizeVolume(ctx, args[0], size)
 			}, "growing; the hosts see the new size once the pool's owner zeroed the new bytes")
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// volumeHostsOptions are the flags of volume hosts.
+type volumeHostsOptions struct {
+	cluster *clusterOptions
+	hosts   []string
+	any     bool
+}
+
+func (o *volumeHostsOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&o.hosts, "allow-host", nil, "a host NQN that may see and use the volume (repeat for several); replaces the list")
+	fs.BoolVar(&o.any, "any-host", false, "clear the list: every host the pool's subsystem admits sees the volume")
+}
+
+func newVolumeHostsCmd(co *clusterOptions) *cobra.Command {
+	o := &volumeHostsOptions{cluster: co}
+	cmd := &cobra.Command{
+		Use:   "hosts NAME (--allow-host NQN... | --any-host)",
+		Short: "Set which hosts see and may use a volume (on every node's path)",
+		Long: "Replace the volume's host allow-list. A host not on a non-empty list does not\n" +
+			"see the namespace (not in Identify's active namespace list) and its commands\n" +
+			"to it fail with Invalid Namespace, through every node. Connected hosts are\n" +
+			"told (namespace-attribute-changed) and rescan. Needs the API token.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.any == (len(o.hosts) > 0) {
+				return fmt.Errorf("volume hosts %s: give either --allow-host NQN (one or more; the new list) or --any-host (every host), not both or neither", args[0])
+			}
+			return mutateVolume(cmd, o.cluster, func(ctx context.Context, cl *api.Client) (api.Volume, error) {
+				return cl.SetVolumeHosts(ctx, args[0], o.hosts)
+			}, "hosts set; every node applies them and connected hosts rescan")
 		},
 	}
 	o.AddFlags(cmd.Flags())

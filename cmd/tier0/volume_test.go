@@ -27,11 +27,18 @@ func (f *fakeBackend) Volume(_ context.Context, name string) (api.Volume, error)
 		Holders: []api.VolumeHolder{{HostNQN: "nqn.h1", HostID: "01", Node: "B"}}}, nil
 }
 
-func (f *fakeBackend) CreateVolume(_ context.Context, name, pool string, size int64) (api.Volume, error) {
+func (f *fakeBackend) CreateVolume(_ context.Context, name, pool string, size int64, hosts []string) (api.Volume, error) {
 	f.mu.Lock()
-	f.calls = append(f.calls, fmt.Sprintf("create %s %s %d", name, pool, size))
+	f.calls = append(f.calls, fmt.Sprintf("create %s %s %d %v", name, pool, size, hosts))
 	f.mu.Unlock()
-	return api.Volume{Name: name, Pool: pool, NSID: 2, State: "creating", Pending: []api.Extent{{Off: 10 << 30, Len: size}}}, nil
+	return api.Volume{Name: name, Pool: pool, NSID: 2, State: "creating", Hosts: hosts, Pending: []api.Extent{{Off: 10 << 30, Len: size}}}, nil
+}
+
+func (f *fakeBackend) SetVolumeHosts(_ context.Context, name string, hosts []string) (api.Volume, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, fmt.Sprintf("hosts %s %v", name, hosts))
+	f.mu.Unlock()
+	return api.Volume{Name: name, Pool: "a", NSID: 1, State: "ready", Hosts: hosts}, nil
 }
 
 func (f *fakeBackend) ResizeVolume(_ context.Context, name string, size int64) (api.Volume, error) {
@@ -103,7 +110,27 @@ func TestVolumeVerbs(t *testing.T) {
 		t.Fatalf("delete --force: exit %d", code)
 	}
 	mustContain(t, out, "deleting; every node removes its namespace")
-	want := []string{"create v2 a 10737418240", "resize v1 21474836480", "delete v1 force=false", "delete v1 force=true"}
+	out, errOut, code = runCLI(t, nil, "volume", "create", "v4", "--pool", "a", "--size", "1GiB", "--allow-host", "nqn.h1", "--allow-host", "nqn.h2", "--api", url, "--token", testToken)
+	if code != 0 {
+		t.Fatalf("create --allow-host: exit %d: %s", code, errOut)
+	}
+	mustContain(t, out, "hosts: nqn.h1, nqn.h2 (no other host sees it)")
+	out, errOut, code = runCLI(t, nil, "volume", "hosts", "v4", "--allow-host", "nqn.h3", "--api", url, "--token", testToken)
+	if code != 0 {
+		t.Fatalf("hosts --allow-host: exit %d: %s", code, errOut)
+	}
+	mustContain(t, out, "hosts set", "hosts: nqn.h3")
+	out, _, code = runCLI(t, nil, "volume", "hosts", "v4", "--any-host", "--api", url, "--token", testToken)
+	if code != 0 {
+		t.Fatalf("hosts --any-host: exit %d", code)
+	}
+	mustContain(t, out, "hosts: every host the pool's subsystem admits")
+	if _, errOut, code = runCLI(t, nil, "volume", "hosts", "v4", "--api", url, "--token", testToken); code != 1 {
+		t.Fatalf("hosts without a list: exit %d", code)
+	}
+	mustContain(t, errOut, "either --allow-host NQN")
+	want := []string{"create v2 a 10737418240 []", "resize v1 21474836480", "delete v1 force=false", "delete v1 force=true",
+		"create v4 a 1073741824 [nqn.h1 nqn.h2]", "hosts v4 [nqn.h3]", "hosts v4 []"}
 	if got := f.mutations(); !slices.Equal(got, want) {
 		t.Fatalf("backend saw %v, want %v", got, want)
 	}

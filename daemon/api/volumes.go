@@ -13,7 +13,10 @@ import (
 //
 //	GET  /v1/volumes                              every volume
 //	GET  /v1/volumes/{name}                       one volume (404 if unknown)
-//	POST /v1/volumes?name=N&pool=P&size=BYTES     create a thick volume [token]
+//	POST /v1/volumes?name=N&pool=P&size=BYTES[&host=NQN...]
+//	                                              create a thick volume [token]
+//	POST /v1/volumes/{name}/hosts[?host=NQN...]   set its host allow-list
+//	                                              (none: every host)    [token]
 //	POST /v1/volumes/{name}/resize?size=BYTES     grow it               [token]
 //	POST /v1/volumes/{name}/delete[?force=true]   delete it             [token]
 //
@@ -39,6 +42,9 @@ type Volume struct {
 	UUID    string   `json:"uuid"`
 	SubNQN  string   `json:"subnqn"`
 	Extents []Extent `json:"extents"`
+	// Hosts, when not empty, are the only host NQNs that see and may use
+	// the namespace; empty: every host the pool's subsystem admits.
+	Hosts []string `json:"hosts,omitempty"`
 	// Pending are allocated extents not yet zeroed (creating, growing).
 	Pending   []Extent  `json:"pending,omitempty"`
 	Implicit  bool      `json:"implicit,omitempty"`
@@ -65,8 +71,12 @@ type Volumer interface {
 	Volumes(ctx context.Context) ([]Volume, error)
 	Volume(ctx context.Context, name string) (Volume, error)
 	// CreateVolume allocates size bytes of pool; the volume is served by
-	// every node once the pool's owner has zeroed it.
-	CreateVolume(ctx context.Context, name, pool string, size int64) (Volume, error)
+	// every node once the pool's owner has zeroed it, to hosts only (when
+	// not empty).
+	CreateVolume(ctx context.Context, name, pool string, size int64, hosts []string) (Volume, error)
+	// SetVolumeHosts replaces a volume's host allow-list (empty: every
+	// host the pool's subsystem admits).
+	SetVolumeHosts(ctx context.Context, name string, hosts []string) (Volume, error)
 	// ResizeVolume grows a volume to size bytes.
 	ResizeVolume(ctx context.Context, name string, size int64) (Volume, error)
 	// DeleteVolume removes a volume from every node; with holders it
@@ -92,7 +102,10 @@ func (s *Server) volumeRoutes(v Volumer) {
 		if q.Get("name") == "" || q.Get("pool") == "" {
 			return nil, fmt.Errorf("create volume: query name=%q pool=%q: both are needed: %w", q.Get("name"), q.Get("pool"), ErrBadRequest)
 		}
-		return v.CreateVolume(r.Context(), q.Get("name"), q.Get("pool"), size)
+		return v.CreateVolume(r.Context(), q.Get("name"), q.Get("pool"), size, q["host"])
+	})
+	s.mutate("/v1/volumes/{name}/hosts", func(r *http.Request) (any, error) {
+		return v.SetVolumeHosts(r.Context(), r.PathValue("name"), r.URL.Query()["host"])
 	})
 	s.mutate("/v1/volumes/{name}/resize", func(r *http.Request) (any, error) {
 		size, err := querySize(r)
@@ -156,11 +169,26 @@ func (c *Client) Volume(ctx context.Context, name string) (Volume, error) {
 	return out, err
 }
 
-// CreateVolume is POST /v1/volumes.
-func (c *Client) CreateVolume(ctx context.Context, name, pool string, size int64) (Volume, error) {
+// CreateVolume is POST /v1/volumes; hosts (optional) is the allow-list.
+func (c *Client) CreateVolume(ctx context.Context, name, pool string, size int64, hosts ...string) (Volume, error) {
 	q := url.Values{"name": {name}, "pool": {pool}, "size": {strconv.FormatInt(size, 10)}}
+	if len(hosts) > 0 {
+		q["host"] = hosts
+	}
 	var out Volume
 	err := c.do(ctx, http.MethodPost, "/v1/volumes?"+q.Encode(), true, &out)
+	return out, err
+}
+
+// SetVolumeHosts is POST /v1/volumes/{name}/hosts: the volume's host
+// allow-list becomes hosts (none: every host).
+func (c *Client) SetVolumeHosts(ctx context.Context, name string, hosts []string) (Volume, error) {
+	path := "/v1/volumes/" + url.PathEscape(name) + "/hosts"
+	if len(hosts) > 0 {
+		path += "?" + url.Values{"host": hosts}.Encode()
+	}
+	var out Volume
+	err := c.do(ctx, http.MethodPost, path, true, &out)
 	return out, err
 }
 

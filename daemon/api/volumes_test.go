@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"testing"
 )
 
@@ -31,8 +32,15 @@ func (f *fakeVolumes) Volume(_ context.Context, name string) (Volume, error) {
 	return v, nil
 }
 
-func (f *fakeVolumes) CreateVolume(_ context.Context, name, pool string, size int64) (Volume, error) {
-	v := Volume{Name: name, Pool: pool, Size: size, State: "creating", NSID: uint32(len(f.vols) + 1)}
+func (f *fakeVolumes) CreateVolume(_ context.Context, name, pool string, size int64, hosts []string) (Volume, error) {
+	v := Volume{Name: name, Pool: pool, Size: size, State: "creating", NSID: uint32(len(f.vols) + 1), Hosts: hosts}
+	f.vols[name] = v
+	return v, nil
+}
+
+func (f *fakeVolumes) SetVolumeHosts(_ context.Context, name string, hosts []string) (Volume, error) {
+	v := f.vols[name]
+	v.Hosts = hosts
 	f.vols[name] = v
 	return v, nil
 }
@@ -70,9 +78,18 @@ func TestVolumeEndpoints(t *testing.T) {
 	if _, err := anon.CreateVolume(ctx, "v1", "a", 1<<30); !errors.Is(err, ErrUnauthorized) {
 		t.Fatalf("create without the token: %v, want ErrUnauthorized", err)
 	}
-	v, err := c.CreateVolume(ctx, "v1", "a", 1<<30)
-	if err != nil || v.Name != "v1" || v.Pool != "a" || v.Size != 1<<30 {
+	v, err := c.CreateVolume(ctx, "v1", "a", 1<<30, "nqn.h1", "nqn.h2")
+	if err != nil || v.Name != "v1" || v.Pool != "a" || v.Size != 1<<30 || !slices.Equal(v.Hosts, []string{"nqn.h1", "nqn.h2"}) {
 		t.Fatalf("create: %+v %v", v, err)
+	}
+	if _, err := anon.SetVolumeHosts(ctx, "v1", nil); !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("set hosts without the token: %v, want ErrUnauthorized", err)
+	}
+	if v, err = c.SetVolumeHosts(ctx, "v1", []string{"nqn.h3"}); err != nil || !slices.Equal(v.Hosts, []string{"nqn.h3"}) {
+		t.Fatalf("set hosts: %+v %v", v, err)
+	}
+	if v, err = c.SetVolumeHosts(ctx, "v1", nil); err != nil || v.Hosts != nil {
+		t.Fatalf("clear hosts: %+v %v", v, err)
 	}
 	if v, err = c.ResizeVolume(ctx, "v1", 2<<30); err != nil || v.Size != 2<<30 {
 		t.Fatalf("resize: %+v %v", v, err)

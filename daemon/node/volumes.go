@@ -33,9 +33,11 @@ const zeroChunk = 64 << 20
 // bytes of the pool's gate. The extent list only grows (resize appends);
 // it is swapped whole.
 type window struct {
-	g   *gate
-	ext atomic.Pointer[[]store.Extent]
-	sz  atomic.Int64
+	g *gate
+	// hosts is the allow-list the target serves (volMu held).
+	hosts []string
+	ext   atomic.Pointer[[]store.Extent]
+	sz    atomic.Int64
 }
 
 func newWindow(g *gate, ext []store.Extent) *window {
@@ -355,15 +357,24 @@ func (s *served) serveVolumesLocked(want map[uint32]*store.Volume) []error {
 			w = newWindow(s.gate, v.Extents)
 			// charged to the node's link like the implicit volume (frontend.go)
 			dev := blockdev.LinkCharged(w, nil, blockdev.SharedLink(n.cfg.Cluster+"/"+me, n.cfg.LinkOf(me)))
-			if err := t.AddNamespace(s.nqn, target.NamespaceConfig{NSID: id, Device: dev, NGUID: nguid, UUID: uuid, ANAGroup: anaGroup}); err != nil {
+			if err := t.AddNamespace(s.nqn, target.NamespaceConfig{NSID: id, Device: dev, NGUID: nguid, UUID: uuid, ANAGroup: anaGroup, Hosts: v.Hosts}); err != nil {
 				errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
 				continue
 			}
+			w.hosts = slices.Clone(v.Hosts)
 			s.volIDs.Lock()
 			s.vols[id] = w
 			s.volIDs.Unlock()
 			n.log.Info("volume served", "array", s.cfg.Name, "volume", v.Name, "nsid", id, "size", v.Size)
 			continue
+		}
+		if !slices.Equal(v.Hosts, w.hosts) {
+			if err := t.SetNamespaceHosts(s.nqn, id, v.Hosts); err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
+			} else {
+				w.hosts = slices.Clone(v.Hosts)
+				n.log.Info("volume hosts set", "array", s.cfg.Name, "volume", v.Name, "nsid", id, "hosts", v.Hosts)
+			}
 		}
 		if v.Size > w.Size() {
 			w.set(v.Extents)

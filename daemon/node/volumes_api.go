@@ -70,8 +70,9 @@ func (n *Node) publishHosts(ctx context.Context, last *hostsPublished) {
 }
 
 // volumeHolders are the hosts connected to subnqn through any node (as
-// published) and those registered for namespace nsid's reservations.
-func (n *Node) volumeHolders(ctx context.Context, subnqn string, nsid uint32) ([]api.VolumeHolder, error) {
+// published) that may see the volume (allowed, when hosts is not empty),
+// and those registered for namespace nsid's reservations.
+func (n *Node) volumeHolders(ctx context.Context, subnqn string, nsid uint32, allowed []string) ([]api.VolumeHolder, error) {
 	var out []api.VolumeHolder
 	nqnOf := map[string]string{}
 	all, err := n.st.List(ctx, store.Observed, "frontend-hosts")
@@ -86,7 +87,7 @@ func (n *Node) volumeHolders(ctx context.Context, subnqn string, nsid uint32) ([
 		}
 		for _, c := range fh.Conns {
 			nqnOf[c.HostID] = c.HostNQN
-			if c.SubNQN == subnqn {
+			if c.SubNQN == subnqn && (len(allowed) == 0 || slices.Contains(allowed, c.HostNQN)) {
 				out = append(out, api.VolumeHolder{HostNQN: c.HostNQN, HostID: c.HostID, Node: node})
 			}
 		}
@@ -153,7 +154,7 @@ func (n *Node) apiVolume(v *store.Volume) api.Volume {
 		return out
 	}
 	out := api.Volume{Name: v.Name, Pool: v.Pool, NSID: v.NSID, Size: v.Size, State: string(v.State), NGUID: v.NGUID, UUID: v.UUID,
-		SubNQN: n.cfg.SubsystemNQN(v.Pool), Extents: conv(v.Extents), Implicit: v.Implicit, RemovedOn: v.RemovedOn, Created: v.Created}
+		SubNQN: n.cfg.SubsystemNQN(v.Pool), Extents: conv(v.Extents), Hosts: v.Hosts, Implicit: v.Implicit, RemovedOn: v.RemovedOn, Created: v.Created}
 	if len(v.Pending) > 0 {
 		out.Pending = conv(v.Pending)
 	}
@@ -238,7 +239,7 @@ func (n *Node) Volume(ctx context.Context, name string) (api.Volume, error) {
 	}
 	out := n.apiVolume(&v)
 	if s != nil {
-		if out.Holders, err = n.volumeHolders(ctx, s.nqn, v.NSID); err != nil {
+		if out.Holders, err = n.volumeHolders(ctx, s.nqn, v.NSID, v.Hosts); err != nil {
 			return out, apiErr(err)
 		}
 	}
@@ -246,7 +247,7 @@ func (n *Node) Volume(ctx context.Context, name string) (api.Volume, error) {
 }
 
 // CreateVolume implements api.Volumer.
-func (n *Node) CreateVolume(ctx context.Context, name, pool string, size int64) (api.Volume, error) {
+func (n *Node) CreateVolume(ctx context.Context, name, pool string, size int64, hosts []string) (api.Volume, error) {
 	vs, err := n.volumesReady()
 	if err != nil {
 		return api.Volume{}, err
@@ -258,7 +259,26 @@ func (n *Node) CreateVolume(ctx context.Context, name, pool string, size int64) 
 		}
 		return api.Volume{}, fmt.Errorf("pool %q is not an array of this cluster (arrays: %s): %w", pool, strings.Join(names, ", "), api.ErrNotFound)
 	}
-	v, err := vs.Create(ctx, pool, name, size, nil)
+	v, err := vs.Create(ctx, pool, name, size, hosts)
+	if err != nil {
+		return api.Volume{}, apiErr(err)
+	}
+	return n.apiVolume(&v), nil
+}
+
+// SetVolumeHosts implements api.Volumer: the volume's host allow-list
+// (every node applies it at its next reconcile, on the change).
+func (n *Node) SetVolumeHosts(ctx context.Context, name string, hosts []string) (api.Volume, error) {
+	vs, err := n.volumesReady()
+	if err != nil {
+		return api.Volume{}, err
+	}
+	if _, ok := n.arrays[name]; ok {
+		if p, err := vs.Pool(ctx, name); err == nil && p.Revision == 0 {
+			return api.Volume{}, fmt.Errorf("volume %s is pool %s's implicit whole-array volume, which every host the subsystem admits sees (fabrics.frontend.allow_hosts); carve the pool into volumes to limit hosts per volume: %w", name, name, api.ErrConflict)
+		}
+	}
+	v, err := vs.SetHosts(ctx, name, hosts)
 	if err != nil {
 		return api.Volume{}, apiErr(err)
 	}
@@ -293,7 +313,7 @@ func (n *Node) DeleteVolume(ctx context.Context, name string, force bool) (api.V
 	if v.State == store.VolumeDeleting {
 		return n.apiVolume(&v), nil
 	}
-	holders, err := n.volumeHolders(ctx, s.nqn, v.NSID)
+	holders, err := n.volumeHolders(ctx, s.nqn, v.NSID, v.Hosts)
 	if err != nil {
 		return api.Volume{}, apiErr(err)
 	}

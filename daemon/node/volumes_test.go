@@ -198,7 +198,7 @@ func TestDeleteVolumeNamesHolders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	v, err := a.CreateVolume(ctx, "v1", "x", 1<<20)
+	v, err := a.CreateVolume(ctx, "v1", "x", 1<<20, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

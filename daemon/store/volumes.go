@@ -352,14 +352,19 @@ func (vs *Volumes) ReleaseImplicit(ctx context.Context, pool, subnqn string, cap
 
 // Create allocates a thick volume of size bytes (a multiple of the pool's
 // block size) first-fit from the pool, with the lowest free namespace ID
-// and a new NGUID and UUID. It starts VolumeCreating: the pool's owner
+// and a new NGUID and UUID; hosts, when not empty, are the only host NQNs
+// that may use it (SetHosts). It starts VolumeCreating: the pool's owner
 // zeroes it (Zeroed) before any node exposes it.
 func (vs *Volumes) Create(ctx context.Context, pool, name string, size int64, hosts []string) (Volume, error) {
 	if err := validVolumeName("volume", name); err != nil {
 		return Volume{}, err
 	}
+	hosts, err := cleanHosts(name, hosts)
+	if err != nil {
+		return Volume{}, err
+	}
 	var out Volume
-	_, err := vs.update(ctx, pool, func(p *Pool) (change, error) {
+	_, err = vs.update(ctx, pool, func(p *Pool) (change, error) {
 		if p.Revision == 0 {
 			return change{}, fmt.Errorf("pool %s still serves its implicit whole-array volume (NSID 1); release it first with `tier0 volume delete %s --force` (its data is lost): %w", pool, pool, ErrImplicit)
 		}
@@ -381,7 +386,7 @@ func (vs *Volumes) Create(ctx context.Context, pool, name string, size int64, ho
 		}
 		out = Volume{
 			Name: name, Pool: pool, NSID: p.freeNSID(), Pending: ext,
-			NGUID: randomID(), UUID: randomID(), Hosts: slices.Clone(hosts),
+			NGUID: randomID(), UUID: randomID(), Hosts: hosts,
 			State: VolumeCreating, Created: vs.now().UTC(),
 		}
 		p.Volumes = append(p.Volumes, out)

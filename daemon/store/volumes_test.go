@@ -3,7 +3,9 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -159,5 +161,49 @@ func TestVolumesConcurrentAdmins(t *testing.T) {
 		if all[i].Off < all[i-1].Off+all[i-1].Len {
 			t.Fatalf("extents overlap: %v and %v", all[i-1], all[i])
 		}
+	}
+}
+
+// TestVolumeHosts: a volume's host allow-list is kept sorted without
+// duplicates, replaced by SetHosts (empty: every host), and a bad NQN is
+// refused naming it, at creation and at change.
+func TestVolumeHosts(t *testing.T) {
+	stores, _, _ := openCluster(t, 1)
+	ctx := ctxT(t)
+	vs := NewVolumes(stores[0].Client(), "/tier0/c/")
+	if _, err := vs.ReleaseImplicit(ctx, "a", testNQN, testPoolCap, testBS); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vs.Removed(ctx, "a", "a", "n1", []string{"n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vs.Create(ctx, "a", "v1", 1<<20, []string{"nqn.h1", "bad nqn"}); !errors.Is(err, ErrBadOptions) || !strings.Contains(err.Error(), `"bad nqn"`) {
+		t.Fatalf("create with a bad host NQN: %v, want ErrBadOptions naming it", err)
+	}
+	v, err := vs.Create(ctx, "a", "v1", 1<<20, []string{"nqn.h2", "nqn.h1", "nqn.h2"})
+	if err != nil || !slices.Equal(v.Hosts, []string{"nqn.h1", "nqn.h2"}) {
+		t.Fatalf("create: hosts %v %v, want [nqn.h1 nqn.h2]", v.Hosts, err)
+	}
+	if v, err = vs.SetHosts(ctx, "v1", []string{"nqn.h3"}); err != nil || !slices.Equal(v.Hosts, []string{"nqn.h3"}) {
+		t.Fatalf("set hosts: %v %v", v.Hosts, err)
+	}
+	if _, err := vs.SetHosts(ctx, "v1", []string{""}); !errors.Is(err, ErrBadOptions) {
+		t.Fatalf("set an empty NQN: %v, want ErrBadOptions", err)
+	}
+	if _, err := vs.SetHosts(ctx, "nope", nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("hosts of an unknown volume: %v, want ErrNotFound", err)
+	}
+	if v, err = vs.SetHosts(ctx, "v1", nil); err != nil || v.Hosts != nil {
+		t.Fatalf("clear hosts: %v %v", v.Hosts, err)
+	}
+	p, err := vs.Pool(ctx, "a")
+	if err != nil || p.Volume("v1").Hosts != nil {
+		t.Fatalf("stored hosts after clearing: %v %v", p.Volume("v1"), err)
+	}
+	if _, err := vs.Delete(ctx, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vs.SetHosts(ctx, "v1", []string{"nqn.h1"}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("hosts of a deleting volume: %v, want ErrConflict", err)
 	}
 }
