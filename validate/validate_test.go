@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"tier0/bench"
+	"tier0/internal/testenv"
 )
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -24,16 +25,7 @@ func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // load generator five-fold or judge other packages' code paths here).
 func buildBinaries(t *testing.T) (tier0 string) {
 	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("the go tool is not on $PATH; the end-to-end test builds tier0 and tier0d with it")
-	}
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "tier0/cmd/tier0", "tier0/cmd/tier0d")
-	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build tier0 tier0d: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "tier0")
+	return testenv.Binaries(t, "tier0", "tier0d")[0]
 }
 
 // tier0dOf lists the running tier0d processes whose command line names

@@ -10,10 +10,13 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"tier0/internal/gobuild"
 )
 
 // InCI reports whether the tests run in CI: CI set to a true value (CI=true
@@ -42,4 +45,20 @@ func Missing(t testing.TB, format string, args ...any) {
 		t.Fatalf("required in CI (CI=true) but missing: %s", msg)
 	}
 	t.Skip(msg)
+}
+
+// Binaries builds the module's commands tier0/cmd/NAME into t's temporary
+// folder with gobuild.BuildBinaries and returns their paths in the order
+// of names. A missing go tool is a missing prerequisite (Missing); a build
+// that fails fails t.
+func Binaries(t testing.TB, names ...string) []string {
+	t.Helper()
+	paths, err := gobuild.BuildBinaries(t.TempDir(), names...)
+	if errors.Is(err, gobuild.ErrNoGo) {
+		Missing(t, "%v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paths
 }

@@ -1,10 +1,9 @@
 package campaign
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
+
+	"tier0/internal/gobuild"
 )
 
 // BuildTier0d builds the daemon from this module into a new temporary
@@ -15,11 +14,9 @@ func BuildTier0d(prefix string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "tier0d")
-	cmd := exec.Command("go", "build", "-o", bin, "tier0/cmd/tier0d")
-	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build tier0/cmd/tier0d: %v\n%s", err, out)
+	paths, err := gobuild.BuildBinaries(dir, "tier0d")
+	if err != nil {
+		return "", err
 	}
-	return bin, nil
+	return paths[0], nil
 }

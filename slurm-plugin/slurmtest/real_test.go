@@ -15,6 +15,8 @@ import (
 	"tier0/daemon/api"
 	tier0cluster "tier0/daemon/cluster"
 	"tier0/daemon/slurm"
+	"tier0/internal/gobuild"
+	"tier0/internal/testenv"
 	"tier0/validate"
 )
 
@@ -36,20 +38,13 @@ var realAPIs = map[string]string{
 // verbs) when cmd/tier0 does not build; tier0d must build.
 func buildBinaries(t *testing.T) (tier0d, tier0 string) {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
+	tier0d = testenv.Binaries(t, "tier0d")[0]
+	paths, err := gobuild.BuildBinaries(t.TempDir(), "tier0")
 	if err != nil {
-		t.Skipf("the go tool is not in PATH (%v): needed to build tier0d for the real-daemon test", err)
+		t.Logf("%v\nthe hooks run this test binary's tier0 slurm verbs instead", err)
+		return tier0d, ""
 	}
-	dir := t.TempDir()
-	tier0d, tier0 = filepath.Join(dir, "tier0d"), filepath.Join(dir, "tier0")
-	if out, err := exec.Command(goBin, "build", "-o", tier0d, "tier0/cmd/tier0d").CombinedOutput(); err != nil {
-		t.Fatalf("go build tier0/cmd/tier0d: %v\n%s", err, out)
-	}
-	if out, err := exec.Command(goBin, "build", "-o", tier0, "tier0/cmd/tier0").CombinedOutput(); err != nil {
-		t.Logf("go build tier0/cmd/tier0 failed (%v); the hooks run this test binary's tier0 slurm verbs instead:\n%s", err, out)
-		tier0 = ""
-	}
-	return tier0d, tier0
+	return tier0d, paths[0]
 }
 
 // realCluster is Slurm plus five real tier0d.

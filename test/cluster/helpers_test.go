@@ -4,13 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"tier0/internal/testenv"
 	"tier0/validate"
 )
 
@@ -21,17 +21,7 @@ const site = "testdata/local5.yaml"
 // processes) into a temporary folder.
 func buildTier0d(tb testing.TB) string {
 	tb.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		tb.Skip("the go tool is not on $PATH; these tests build tier0d with it")
-	}
-	dir := tb.TempDir()
-	bin := filepath.Join(dir, "tier0d")
-	cmd := exec.Command("go", "build", "-o", bin, "tier0/cmd/tier0d")
-	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build tier0/cmd/tier0d: %v\n%s", err, out)
-	}
-	return bin
+	return testenv.Binaries(tb, "tier0d")[0]
 }
 
 func testLogger() *slog.Logger {
