@@ -8,7 +8,6 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/cluster"
-	"tier0/daemon/host"
 	"tier0/daemon/raid"
 )
 
@@ -27,7 +26,7 @@ func (n *Node) raidPolicy(s *served) raid.Policy {
 		// A member whose node or connection is down is missing (resynced
 		// from the bitmap when it returns), not failed: only an NVMe
 		// status from its drive fails it.
-		Unreachable: host.IsPathError,
+		Unreachable: memberUnreachable,
 		Logger:      n.log.With("array", s.cfg.Name),
 		Listener:    s.onEvent,
 	}

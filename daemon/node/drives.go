@@ -74,6 +74,7 @@ func (n *Node) startBackend() error {
 	cntlBase, cntlCount := config.CntlIDRange(idx)
 	t, err := target.New(target.Config{
 		Listen:      n.me.ListenAddr(n.me.Backend),
+		RDMAListen:  n.rdmaListen(n.cfg.Fabrics.Backend, n.me.Backend),
 		Advertise:   n.me.AdvertiseAddr(n.me.Backend),
 		CntlIDBase:  cntlBase,
 		CntlIDCount: cntlCount,

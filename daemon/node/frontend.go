@@ -235,6 +235,7 @@ func (n *Node) startFrontend(ctx context.Context) error {
 	cntlBase, cntlCount := config.CntlIDRange(idx)
 	t, err := target.New(target.Config{
 		Listen:      n.me.ListenAddr(n.me.Frontend),
+		RDMAListen:  n.rdmaListen(n.cfg.Fabrics.Frontend, n.me.Frontend),
 		Advertise:   n.me.AdvertiseAddr(n.me.Frontend),
 		CntlIDBase:  cntlBase,
 		CntlIDCount: cntlCount,

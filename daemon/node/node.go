@@ -116,6 +116,11 @@ func New(opts Options) (*Node, error) {
 		}
 		return nil, fmt.Errorf("node %q is not in site config %s; expected one of %s", opts.Name, opts.Config.File, strings.Join(names, ", "))
 	}
+	if opts.Fabric == nil {
+		if err := checkTransports(opts.Config); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -103,7 +103,8 @@ func (s *leaseSlot) Load() Lease {
 func (s *leaseSlot) Store(l Lease) { s.p.Store(&leaseBox{l}) }
 
 // Member is a member drive imported by the owner of an array: a block
-// device with NVMe reservations (*host.Namespace over the backend fabric).
+// device with NVMe reservations (*host.Namespace over the backend NVMe/TCP
+// fabric, *rdma.Namespace over NVMe/RDMA).
 // Writes of a host that is not the reservation holder fail with
 // blockdev.ErrFenced; a preempt-and-abort removes the preempted host's
 // registration and fails its commands in flight.
@@ -116,7 +117,8 @@ type Member interface {
 	Report() (nvme.ResvStatus, error)
 }
 
-// MemberConn is the connection a Member came over (*host.Controller);
+// MemberConn is the connection a Member came over (*host.Controller or
+// *rdma.Controller);
 // closing it drops the member.
 type MemberConn interface {
 	Close() error
@@ -131,10 +133,14 @@ type Fabric interface {
 }
 
 // importMember imports one member drive: through Options.Fabric when set,
-// else over the backend fabric.
+// else over the backend fabric's transport (NVMe/TCP: dialMember, NVMe/RDMA:
+// dialMemberRDMA).
 func (n *Node) importMember(ctx context.Context, array, drive string) (MemberConn, Member, error) {
 	if n.opts.Fabric != nil {
 		return n.opts.Fabric.Import(ctx, array, drive)
+	}
+	if n.backendRDMA() {
+		return n.dialMemberRDMA(ctx, array, drive)
 	}
 	c, ns, err := n.dialMember(ctx, array, drive)
 	if err != nil {
