@@ -91,6 +91,7 @@ func (n *Node) dialMemberRDMA(ctx context.Context, arrayName, drive string) (Mem
 		c.Close()
 		return nil, nil, fmt.Errorf("import member %s namespace %d over RDMA: %w", drive, nsid, err)
 	}
+	n.log.Info("member imported over NVMe/RDMA", "array", arrayName, "member", drive, "addr", addr, "cntlid", c.CntlID(), "ioqueues", max(1, f.Queues))
 	return c, ns, nil
 }
 

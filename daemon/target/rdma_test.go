@@ -82,7 +82,7 @@ func (a *memAcceptor) dial(ctx context.Context, addr string, pd rdma.PrivateData
 
 // newRDMATarget serves testSubNQN (one namespace on dev) over a memory
 // RDMA port at 10.9.8.7:4420.
-func newRDMATarget(t *testing.T, cfg Config, dev blockdev.Device) (*Target, *memAcceptor) {
+func newRDMATarget(t testing.TB, cfg Config, dev blockdev.Device) (*Target, *memAcceptor) {
 	t.Helper()
 	acc := &memAcceptor{dials: make(chan memDial), closed: make(chan struct{})}
 	old := listenRDMA
