@@ -32,8 +32,12 @@ type Config struct {
 	// may refer to it as ${workdir}.
 	Workdir string `mapstructure:"workdir" json:"workdir,omitempty"`
 
-	Nodes        []Node       `mapstructure:"nodes" json:"nodes"`
-	Arrays       []Array      `mapstructure:"arrays" json:"arrays"`
+	Nodes  []Node  `mapstructure:"nodes" json:"nodes"`
+	Arrays []Array `mapstructure:"arrays" json:"arrays"`
+	// Volumes are the volumes carved from the arrays, as exported from a
+	// live cluster (volumes.go); none: each array serves one volume
+	// spanning it until volumes are created online.
+	Volumes      []Volume     `mapstructure:"volumes" json:"volumes,omitempty"`
 	Placement    Placement    `mapstructure:"placement" json:"placement"`
 	Fabrics      Fabrics      `mapstructure:"fabrics" json:"fabrics"`
 	ControlPlane ControlPlane `mapstructure:"control_plane" json:"control_plane"`

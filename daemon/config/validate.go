@@ -62,6 +62,7 @@ func (c *Config) validate(earlier []Problem) error {
 	listeners = c.checkControlPlane(k, nodeAt, listeners)
 	checkPortClashes(k, listeners)
 	arraysOK := c.checkArrays(k, nodeAt, driveNode)
+	c.checkVolumes(k) // volumes.go
 	c.checkPlacement(k)
 	c.checkFabrics(k)
 	c.checkPolicies(k)
