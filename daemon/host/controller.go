@@ -30,6 +30,10 @@ type assoc struct {
 	// fail was first called. Both are read only after fail.
 	quiesce time.Duration
 	lostAt  time.Time
+	// abandoned: a write sent on this association failed after its loss
+	// without waiting for the quiesce (Options.FailFast); replaced: the
+	// next association is being installed. Both under Controller.mu.
+	abandoned, replaced bool
 }
 
 func (a *assoc) fail(err error) {
@@ -302,11 +306,18 @@ func (c *Controller) supervise(a *assoc) {
 	c.log.Warn("association lost; reconnecting", "err", a.err)
 	c.notifyANA()
 	delay := c.opts.ReconnectDelay
+	quiesced := false // a's quiesce time has passed
 	for {
 		select {
 		case <-c.closeCh:
 			return
 		case <-time.After(delay):
+		}
+		if !quiesced && c.abandonedWrites(a) {
+			if c.waitQuiesced(a, nil) != nil {
+				return
+			}
+			quiesced = true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 4*c.opts.DialTimeout)
 		na, err := c.connect(ctx)
@@ -318,6 +329,14 @@ func (c *Controller) supervise(a *assoc) {
 				na.fail(errClosed)
 				return
 			}
+			if a.abandoned && !quiesced {
+				// a write was abandoned while this one connected
+				c.mu.Unlock()
+				na.fail(errClosed)
+				delay = 0
+				continue
+			}
+			a.replaced = true
 			c.mu.Unlock()
 			c.stats.reconnects.Add(1)
 			c.install(na)
@@ -504,6 +523,41 @@ func (c *Controller) waitQuiesced(a *assoc, cancel <-chan struct{}) error {
 	}
 }
 
+// abandon records that a write sent on the lost association a fails
+// without waiting for a's quiesce (Options.FailFast). It reports false
+// when a's successor is already being installed: the caller must then
+// wait for the quiesce itself, since a command of the new association
+// could otherwise run before the abandoned write.
+func (c *Controller) abandon(a *assoc) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a.replaced {
+		return false
+	}
+	a.abandoned = true
+	return true
+}
+
+func (c *Controller) abandonedWrites(a *assoc) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return a.abandoned
+}
+
+// lostWrite is the error of a write sent on a that was then lost, for a
+// caller that does not resubmit it (ioFailFast): under ioAbandon it fails
+// at once when a's successor is not installed yet (abandon), otherwise
+// after a's quiesce; plain ioFailFast (Multipath) leaves the wait to the
+// caller (lostError.wait).
+func (c *Controller) lostWrite(a *assoc, flags int, err error) error {
+	if flags&ioAbandon != 0 && !c.abandon(a) {
+		if werr := c.waitQuiesced(a, nil); werr != nil {
+			return fmt.Errorf("%w (while waiting for the lost association to quiesce: %w)", err, werr)
+		}
+	}
+	return &lostError{err: err, c: c, a: a}
+}
+
 // modifies reports whether a command changes the namespace or its
 // reservation, i.e. must not run after its retry.
 func modifies(opc uint8) bool {
@@ -518,6 +572,7 @@ func modifies(opc uint8) bool {
 const (
 	ioNoRetry  = 1 << iota // do not resend after a lost connection
 	ioFailFast             // do not wait for a reconnect (multipath)
+	ioAbandon              // with ioFailFast: a lost write fails at once (Options.FailFast)
 )
 
 // io runs one I/O command, retrying it on a new association when the
@@ -562,7 +617,7 @@ func (c *Controller) io(op string, sqe nvme.SQE, w, r []byte, flags int) (nvme.C
 				err = fmt.Errorf("%s on %s: %w: %w", op, c.addr, err, ioErrKind(a.err))
 			}
 			if lost {
-				err = &lostError{err: err, c: c, a: a}
+				err = c.lostWrite(a, flags, err)
 			}
 			return cqe, err
 		}

@@ -208,3 +208,69 @@ func TestReadTimeoutLeavesBufferAlone(t *testing.T) {
 		t.Fatalf("the caller's buffer changed after ReadAt returned (first byte %#x): the late C2HData was written into it", buf[0])
 	}
 }
+
+// TestFailFastWriteFailsAtOnce: under Options.FailFast (a RAID array's
+// members) a write outstanding when its association is lost fails at once
+// with a path error instead of waiting for the quiesce and a reconnect,
+// I/O while the controller is down fails at once too, and the next
+// association is installed only after the lost one is quiesced, so that
+// nothing the caller writes later can be overtaken by the abandoned write.
+func TestFailFastWriteFailsAtOnce(t *testing.T) {
+	f := newFakeTarget(t, testNQN, 1<<20)
+	f.stalled = make(chan uint8, 4)
+	clk := newQuiesceClock()
+	o := testOpts() // KATO 2 s
+	o.Now, o.After = clk.Now, clk.After
+	o.FailFast = true
+	o.CtrlLossTimeout = time.Hour
+	o.ReconnectDelay = 300 * time.Millisecond // the write gives up before the reconnect begins
+	c, ns := dialNS(t, f, o)
+	f.stall.Store(true)
+	done := make(chan error, 1)
+	go func() { _, err := ns.WriteAt(pat(9, 4096), 8192); done <- err }()
+	select {
+	case <-f.stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write never reached the target")
+	}
+	f.stall.Store(false)
+	f.dropAll()
+	select {
+	case err := <-done:
+		if !IsPathError(err) {
+			t.Fatalf("write lost with its connection: %v, want a path error", err)
+		}
+	case d := <-clk.asked:
+		t.Fatalf("the lost write waited for the quiesce (%v) instead of failing at once", d)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lost write neither failed nor waited for the quiesce")
+	}
+	// the reconnect waits for the lost association's quiesce
+	select {
+	case d := <-clk.asked:
+		if d != o.KATO {
+			t.Fatalf("reconnect waits %v, want the quiesce time %v (KATO, no CQT)", d, o.KATO)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the controller reconnects without waiting for the lost association's quiesce")
+	}
+	if c.Connected() {
+		t.Fatal("connected again before the lost association was quiesced")
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := ns.WriteAt(pat(10, 4096), 0); errc <- err }()
+	select {
+	case err := <-errc:
+		if !IsPathError(err) {
+			t.Fatalf("write while the controller is down: %v, want a path error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write while the controller is down waits for the reconnect")
+	}
+	if n := f.handled.Load(); n != 0 {
+		t.Fatalf("the target executed %d writes", n)
+	}
+	clk.fire <- clk.now
+	waitFor(t, "reconnect", func() bool { return c.Connected() && c.Reconnects() >= 1 })
+	roundTrip(t, ns, 0, 4096, 11)
+}

@@ -18,7 +18,7 @@ type Namespace struct {
 	bs     int
 	size   int64
 	maxIO  int // bytes per command
-	flags  int // ioFailFast under Multipath
+	flags  int // ioFailFast under Multipath, with ioAbandon under Options.FailFast
 	closed atomic.Bool
 }
 
@@ -43,7 +43,11 @@ func (c *Controller) Namespace(nsid uint32) (*Namespace, error) {
 	if maxIO/bs > 65536 {
 		maxIO = 65536 * bs
 	}
-	return &Namespace{c: c, nsid: nsid, id: id, bs: bs, size: int64(id.NSZE) * int64(bs), maxIO: maxIO}, nil
+	flags := 0
+	if c.opts.FailFast {
+		flags = ioFailFast | ioAbandon
+	}
+	return &Namespace{c: c, nsid: nsid, id: id, bs: bs, size: int64(id.NSZE) * int64(bs), maxIO: maxIO, flags: flags}, nil
 }
 
 // NSID is the namespace ID.
@@ -184,7 +188,7 @@ func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
 			// resubmission before the association is quiesced
 			err := fmt.Errorf("write of %d bytes at byte %d of namespace %d on %s: queue %d: %w: %w", len(p), off, n.nsid, n.c.addr, q.qid, errConnLost, blockdev.ErrIO)
 			if n.flags&ioFailFast != 0 {
-				return 0, &lostError{err: err, c: n.c, a: a}
+				return 0, n.c.lostWrite(a, n.flags, err)
 			}
 			if werr := n.c.waitQuiesced(a, nil); werr != nil {
 				return 0, fmt.Errorf("%w (while waiting for the lost association to quiesce: %w)", err, werr)

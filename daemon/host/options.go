@@ -38,6 +38,17 @@ type Options struct {
 	// this long, then fails; the controller keeps trying to reconnect in
 	// the background (default 10 s). Negative: fail at once.
 	CtrlLossTimeout time.Duration
+	// FailFast is for callers with redundancy of their own (a RAID
+	// array's members): the I/O of its namespaces never waits for a
+	// reconnect. While the controller is down a command fails at once,
+	// and a write whose connection was lost under it fails at once too
+	// instead of being resubmitted after the lost association quiesced;
+	// both errors are path errors (IsPathError), so the array writes
+	// degraded and resyncs the member later. The controller then installs
+	// its next association only after the lost one is quiesced (KATO +
+	// CQT, see waitQuiesced), so nothing written on the new one can be
+	// overtaken by an abandoned write of the old.
+	FailFast bool
 	// Logger receives connection events (default: discard).
 	Logger *slog.Logger
 	// Dialer opens TCP connections (default net.Dialer).
