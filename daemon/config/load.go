@@ -242,6 +242,9 @@ func (c *Config) applyDefaults() {
 	if p.MemberIOTimeout == 0 {
 		p.MemberIOTimeout = Duration(DefaultMemberIOTimeout)
 	}
+	if p.MemberSlowRead == 0 {
+		p.MemberSlowRead = Duration(DefaultMemberSlowRead)
+	}
 	if p.MemberIORetries == nil {
 		r := DefaultMemberIORetries
 		p.MemberIORetries = &r

@@ -418,6 +418,9 @@ func (c *Config) checkPolicies(k *checker) {
 	if p.MemberIOTimeout < 0 {
 		k.add("policies.member_io_timeout", "%s; expected a positive duration such as 5s", p.MemberIOTimeout)
 	}
+	if p.MemberSlowRead < 0 {
+		k.add("policies.member_slow_read", "%s; expected a positive duration such as 20ms, well below member_io_timeout", p.MemberSlowRead)
+	}
 	if p.MemberIORetries != nil && *p.MemberIORetries < 0 {
 		k.add("policies.member_io_retries", "%d; expected 0 or more", *p.MemberIORetries)
 	}

@@ -29,6 +29,10 @@ func (n *Node) raidPolicy(s *served) raid.Policy {
 		Unreachable: memberUnreachable,
 		Logger:      n.log.With("array", s.cfg.Name),
 		Listener:    s.onEvent,
+		// Reads around a stalled or dead member (issue 15: no array
+		// stalls on one member): a read not answered by the deadline is
+		// rebuilt from the other members.
+		SlowRead: p.MemberSlowRead.D(),
 	}
 }
 

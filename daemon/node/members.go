@@ -47,6 +47,11 @@ func (n *Node) dialMember(ctx context.Context, arrayName, drive string) (*host.C
 		DHCHAPSecret:     secret,
 		DHCHAPCtrlSecret: ctrlSecret,
 		Logger:           n.log.With("member", drive),
+		// The array is the redundancy: I/O to a member whose connection
+		// is down fails at once and the array goes degraded (the member
+		// is missing, resynced from the bitmap when back) instead of
+		// waiting for the reconnect and for the lost writes' quiesce.
+		FailFast: true,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("import member %s from node %s: %w", drive, node.Name, err)
