@@ -13,6 +13,23 @@ import (
 	"tier0/daemon/nvme"
 )
 
+// memberOptions are the timeouts and failure behaviour of a member
+// drive's controller (the rest is filled in by dialMember).
+func memberOptions(p config.Policies) host.Options {
+	return host.Options{
+		KATO:            5 * time.Second,
+		IOTimeout:       p.MemberIOTimeout.D(),
+		DialTimeout:     2 * time.Second,
+		ReconnectDelay:  200 * time.Millisecond,
+		CtrlLossTimeout: time.Second,
+		// The array is the redundancy: I/O to a member whose connection
+		// is down fails at once and the array goes degraded (the member
+		// is missing, resynced from the bitmap when back) instead of
+		// waiting for the reconnect and for the lost writes' quiesce.
+		FailFast: true,
+	}
+}
+
 // dialMember imports one member drive over the backend fabric.
 func (n *Node) dialMember(ctx context.Context, arrayName, drive string) (*host.Controller, *host.Namespace, error) {
 	node, _, ok := n.cfg.Drive(drive)
@@ -31,28 +48,13 @@ func (n *Node) dialMember(ctx context.Context, arrayName, drive string) (*host.C
 	}
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	c, err := host.Dial(dctx, node.AdvertiseAddr(node.Backend), host.Options{
-		SubNQN:           n.cfg.DriveNQN(drive),
-		HostNQN:          hostNQN(n.cfg, n.me.Name),
-		HostID:           hostID(n.cfg, n.me.Name),
-		IOQueues:         max(1, f.Queues),
-		QueueDepth:       max(16, f.QueueDepth),
-		HeaderDigest:     f.HeaderDigest,
-		DataDigest:       f.DataDigest,
-		KATO:             5 * time.Second,
-		IOTimeout:        n.cfg.Policies.MemberIOTimeout.D(),
-		DialTimeout:      2 * time.Second,
-		ReconnectDelay:   200 * time.Millisecond,
-		CtrlLossTimeout:  time.Second,
-		DHCHAPSecret:     secret,
-		DHCHAPCtrlSecret: ctrlSecret,
-		Logger:           n.log.With("member", drive),
-		// The array is the redundancy: I/O to a member whose connection
-		// is down fails at once and the array goes degraded (the member
-		// is missing, resynced from the bitmap when back) instead of
-		// waiting for the reconnect and for the lost writes' quiesce.
-		FailFast: true,
-	})
+	o := memberOptions(n.cfg.Policies)
+	o.SubNQN, o.HostNQN, o.HostID = n.cfg.DriveNQN(drive), hostNQN(n.cfg, n.me.Name), hostID(n.cfg, n.me.Name)
+	o.IOQueues, o.QueueDepth = max(1, f.Queues), max(16, f.QueueDepth)
+	o.HeaderDigest, o.DataDigest = f.HeaderDigest, f.DataDigest
+	o.DHCHAPSecret, o.DHCHAPCtrlSecret = secret, ctrlSecret
+	o.Logger = n.log.With("member", drive)
+	c, err := host.Dial(dctx, node.AdvertiseAddr(node.Backend), o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("import member %s from node %s: %w", drive, node.Name, err)
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // policySite is the smallest site file that parses, with the policies given.
-func policySite(t *testing.T, policies string) *config.Config {
+func policySite(t testing.TB, policies string) *config.Config {
 	t.Helper()
 	site := fmt.Sprintf(`cluster: t
 workdir: %s
