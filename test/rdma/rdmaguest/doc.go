@@ -1,0 +1,13 @@
+// Command rdmaguest is test/rdma's in-guest driver: built with -tags rdma,
+// copied into the Linux test guest and run there against the kernel's
+// nvmet-rdma over soft-RoCE (rdma_rxe). Each mode prints one "PASS ..." or
+// "FAIL ..." line per check and exits non-zero on the first failure.
+//
+//	rdmaguest -mode nodevice            (before any RDMA link exists)
+//	rdmaguest -mode host -addr A -nqn N (tier0's NVMe/RDMA host vs nvmet-rdma)
+//	rdmaguest -mode loopback -addr A    (tier0's Listener/Accept, RDMA READ/WRITE)
+//	rdmaguest -mode portloss -addr A -nqn N -remove CMD -readd CMD
+//	                                    (the target's port removed under I/O, then re-added)
+//	rdmaguest -mode targets -addr A,B -nqn N -ready FILE
+//	                                    (two tier0 NVMe/RDMA targets of one subsystem; SIGUSR1 swaps ANA)
+package main
