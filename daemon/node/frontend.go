@@ -37,6 +37,7 @@ type served struct {
 	members   []Member // by role; nil where not imported
 	ctrls     []MemberConn
 	pending   map[int]string // role -> "resync" or "rebuild" running
+	readd     *readdTries    // the owner's re-add tries of its members (repair.go)
 	lastScrub time.Time      // when the periodic scrub last started (or the array started here)
 
 	// Read without mu (self-fencing, RAID events, status):

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"tier0/daemon/blockdev"
@@ -425,21 +424,13 @@ type readdTries struct {
 	lastErr  map[int]string
 }
 
-var (
-	readdMu  sync.Mutex
-	readdAll = map[*served]*readdTries{}
-)
-
-// readdOf returns s's record (created empty).
+// readdOf returns s's record (created empty). The record is s's own, so
+// that it goes with the array. Caller holds s.mu.
 func readdOf(s *served) *readdTries {
-	readdMu.Lock()
-	defer readdMu.Unlock()
-	tr := readdAll[s]
-	if tr == nil {
-		tr = &readdTries{rejected: map[int]bool{}, fails: map[int]int{}, next: map[int]time.Time{}, lastErr: map[int]string{}}
-		readdAll[s] = tr
+	if s.readd == nil {
+		s.readd = &readdTries{rejected: map[int]bool{}, fails: map[int]int{}, next: map[int]time.Time{}, lastErr: map[int]string{}}
 	}
-	return tr
+	return s.readd
 }
 
 // failed records a failed try of member i and reports whether why is new
