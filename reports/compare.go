@@ -64,10 +64,34 @@ func (r Row) CPUBound(modelled bool) bool {
 	return modelled && (r.BoundHealthy < modelBound || r.BoundDegraded < modelBound)
 }
 
+// Impossible reports whether the row's figures, beyond noise, are ones the
+// design rules out: a node loss that speeds I/O up or makes it faster, a
+// layer on top faster than the one below (judge's first test).
+func (r Row) Impossible() bool {
+	if !r.Has() || r.Noise || r.Runs <= 1 {
+		return false
+	}
+	one := 1.0
+	if r.Kind == Change {
+		one = 0
+	}
+	switch r.Group {
+	case "retention", "efficiency":
+		return r.Lo > one+claimTolerance
+	case "latency":
+		return r.Hi < one-claimTolerance
+	}
+	return false
+}
+
 // SideText is Tier0Text as the side-by-side table prints it beside the
-// seed's figure: a CPU-bound figure says so first, as its verdict does.
+// seed's figure: a figure the design rules out or the model did not set
+// says so first, as its verdict does.
 func (r Row) SideText(modelled bool) string {
-	if r.Has() && r.CPUBound(modelled) {
+	switch {
+	case r.Impossible():
+		return "impossible for the design (this machine's CPUs set it), not a finding: " + r.Tier0Text()
+	case r.Has() && r.CPUBound(modelled):
 		return "CPU-bound, not a finding: " + r.Tier0Text()
 	}
 	return r.Tier0Text()
