@@ -34,7 +34,7 @@ func newConfigCmd(root *rootOptions) *cobra.Command {
 		Use:   "config",
 		Short: "Check site configurations and show array placement",
 	}
-	cfg.AddCommand(newConfigValidateCmd(root), newConfigPlacementCmd(root), newConfigDrivesCmd(root))
+	cfg.AddCommand(newConfigValidateCmd(root), newConfigPlacementCmd(root), newConfigDrivesCmd(root), newConfigExportCmd(root))
 	return cfg
 }
 

@@ -98,6 +98,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if v, ok := b.(Volumer); ok {
 		s.volumeRoutes(v) // volumes.go
 	}
+	if sc, ok := b.(SiteConfiger); ok {
+		s.siteConfigRoutes(sc) // siteconfig.go
+	}
 	metrics := promhttp.HandlerFor(opts.Metrics.Registry, promhttp.HandlerOpts{Registry: opts.Metrics.Registry})
 	s.mux.Handle("GET /metrics", s.observe("/metrics", metrics))
 	s.mux.Handle("/", s.observe("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
