@@ -16,25 +16,32 @@ type drivePace struct {
 	blockdev.Device
 	from    int64
 	reads   *atomic.Int64 // reads started on any source member
-	overlap *atomic.Int64 // writes during which a source read started
+	active  *atomic.Int64 // source reads in progress
+	overlap *atomic.Int64 // writes during which a source read ran
 	target  bool
 }
 
 func (d *drivePace) ReadAt(p []byte, off int64) (int, error) {
 	if off >= d.from {
 		d.reads.Add(1)
-		time.Sleep(200 * time.Microsecond)
+		d.active.Add(1)
+		time.Sleep(2 * time.Millisecond)
+		defer d.active.Add(-1)
 	}
 	return d.Device.ReadAt(p, off)
 }
 
 func (d *drivePace) WriteAt(p []byte, off int64) (int, error) {
 	if d.target && off >= d.from {
+		// A read of the next stripes issued with this write may have
+		// started before it (scheduling under load): one still running,
+		// or one starting while it waits, is an overlap.
 		r0 := d.reads.Load()
-		for i := 0; i < 100 && d.reads.Load() == r0; i++ {
+		ran := func() bool { return d.active.Load() > 0 || d.reads.Load() != r0 }
+		for i := 0; i < 100 && !ran(); i++ {
 			time.Sleep(time.Millisecond)
 		}
-		if d.reads.Load() != r0 {
+		if ran() {
 			d.overlap.Add(1)
 		}
 	} else if off >= d.from {
@@ -49,10 +56,10 @@ func (d *drivePace) WriteAt(p []byte, off int64) (int, error) {
 // request at a time). The result is correct.
 func TestRebuildOverlapsReadsAndWrites(t *testing.T) {
 	ms := newMems(4, 1<<20)
-	var reads, overlap atomic.Int64
+	var reads, active, overlap atomic.Int64
 	ds := make([]blockdev.Device, 4)
 	for i := range ds {
-		ds[i] = &drivePace{Device: ms[i], reads: &reads, overlap: &overlap}
+		ds[i] = &drivePace{Device: ms[i], reads: &reads, active: &active, overlap: &overlap}
 	}
 	a := mustCreate(t, ds, testCfg(RAID5, nil))
 	g := a.Geometry()
@@ -64,7 +71,7 @@ func TestRebuildOverlapsReadsAndWrites(t *testing.T) {
 	if err := a.FailMember(2, "test"); err != nil {
 		t.Fatal(err)
 	}
-	nd := &drivePace{Device: blockdev.NewMem(1<<20, 512), from: g.DataOffset, reads: &reads, overlap: &overlap, target: true}
+	nd := &drivePace{Device: blockdev.NewMem(1<<20, 512), from: g.DataOffset, reads: &reads, active: &active, overlap: &overlap, target: true}
 	if err := a.Replace(2, nd); err != nil {
 		t.Fatal(err)
 	}
