@@ -330,6 +330,29 @@ func (c *conn) readFull(p []byte) error {
 	return err
 }
 
+// directRead is the least data, beyond what the read buffer holds, that
+// readData reads from the socket straight into its destination.
+const directRead = 16 << 10
+
+// readData fills p, the data of a PDU, like readFull; when more than
+// directRead bytes of it are still to come, it copies what the read
+// buffer holds and reads the rest from the socket straight into p (the
+// request's buffer), saving the copy through the read buffer (a 128 KiB
+// write's H2CData).
+func (c *conn) readData(p []byte) error {
+	n := c.br.Buffered()
+	if len(p)-n < directRead {
+		return c.readFull(p)
+	}
+	if _, err := io.ReadFull(c.br, p[:n]); err != nil {
+		return err
+	}
+	c.unplug()
+	_, err := io.ReadFull(c.nc, p[n:])
+	c.plug()
+	return err
+}
+
 // teardown ends the connection: it is the command lifetime rule's target
 // half (docs/FABRIC.md, "Command lifetime"). Commands queued for the
 // workers or for inline execution but not started are dropped — never

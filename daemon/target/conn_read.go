@@ -165,7 +165,7 @@ func (c *conn) readH2CData(h nvme.Header, hb []byte, dataLen int) error {
 		return c.terminate(nvme.FESDataOutOfRange, 12, hb, fmt.Sprintf("H2CData offset %d length %d, expected offset %d of %d", p.Offset, p.Length, r.rcvd, r.want))
 	}
 	dst := r.data[p.Offset : p.Offset+p.Length]
-	if err := c.readFull(dst); err != nil {
+	if err := c.readData(dst); err != nil {
 		return err
 	}
 	if c.digest&nvme.DigestData != 0 {
