@@ -468,8 +468,12 @@ func (a *Array) noteMissed(p *stripePlan) {
 	}
 }
 
+// The state is read first: markFailedLocked sets since before it stores
+// "failed", so a writer that sees "failed" sees since (reading since first
+// raced with a member failing under another request: the race detector in
+// TestArrayFailedStopsServingAndComesBack).
 func noteMissedOn(m *member, s int64) {
-	if m != nil && m.since != nil && uint8(m.state.Load()) == roleFailed {
+	if m != nil && uint8(m.state.Load()) == roleFailed && m.since != nil {
 		m.since.set(s)
 	}
 }
