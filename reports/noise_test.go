@@ -143,13 +143,7 @@ func TestTheoryRAID5(t *testing.T) {
 // a figure that reached well below the modelled drives' capacity was set
 // by something else (the machine's CPUs), and confirms nothing.
 func TestVerdictUnderTheModelNeedsModelBoundFigures(t *testing.T) {
-	res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
-	res.Run.Model = &bench.ModelInfo{Profile: "p", Scale: 1, Drive: bench.DriveFigures{ReadBytesPerS: 1 << 20, WriteBytesPerS: 1 << 20, ReadIOPS: 100, WriteIOPS: 100}}
-	res.Failover = &bench.FailoverRecord{Node: "B"}
-	for _, a := range []string{"A", "B", "C", "D", "E"} {
-		res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
-		res.Failover.Arrays = append(res.Failover.Arrays, bench.ArrayFailover{Array: a, Moved: a == "B", Degraded: a != "B"})
-	}
+	res := modelledFiveNodes()
 	// Random reads: the drives allow 2000 IOPS healthy, 1200 degraded.
 	res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioRandRead4K, []float64{1900, 2000, 1950}, []float64{8000}))
 	res.Add(rep(bench.LayerFrontend, bench.Degraded, bench.ScenarioRandRead4K, []float64{1150, 1180, 1200}, []float64{13000}))
@@ -208,13 +202,7 @@ func TestEfficiencyUnderTheModelNeedsBothLayersBound(t *testing.T) {
 // drive-bound theory of +0% with no label, although both states reached
 // under half of the modelled drives' capacity).
 func TestSideBySideLabelsCPUBoundFigures(t *testing.T) {
-	res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
-	res.Run.Model = &bench.ModelInfo{Profile: "p", Scale: 1, Drive: bench.DriveFigures{ReadBytesPerS: 1 << 20, WriteBytesPerS: 1 << 20, ReadIOPS: 100, WriteIOPS: 100}}
-	res.Failover = &bench.FailoverRecord{Node: "B"}
-	for _, a := range []string{"A", "B", "C", "D", "E"} {
-		res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
-		res.Failover.Arrays = append(res.Failover.Arrays, bench.ArrayFailover{Array: a, Moved: a == "B", Degraded: a != "B"})
-	}
+	res := modelledFiveNodes()
 	// Sequential writes: the drives allow 15 MiB/s of data either way;
 	// 6 healthy and 3.6 with a node lost, the latency up 66%.
 	res.Add(rep(bench.LayerFrontend, bench.Healthy, bench.ScenarioSeqWrite1M, []float64{6, 6.1, 5.9}, []float64{1000}))
@@ -251,4 +239,17 @@ func TestSideBySideLabelsCPUBoundFigures(t *testing.T) {
 			t.Errorf("%s: %q; want the model-bound figure without a CPU-bound label", m, c)
 		}
 	}
+}
+
+// modelledFiveNodes is a run under a drive model of 1 MiB/s and 100 IOPS
+// per drive: five RAID-5 3+1 arrays, node B lost and its array B moved.
+func modelledFiveNodes() *bench.Results {
+	res := bench.NewResults("r", "s", time.Unix(0, 0), bench.Environment{})
+	res.Run.Model = &bench.ModelInfo{Profile: "p", Scale: 1, Drive: bench.DriveFigures{ReadBytesPerS: 1 << 20, WriteBytesPerS: 1 << 20, ReadIOPS: 100, WriteIOPS: 100}}
+	res.Failover = &bench.FailoverRecord{Node: "B"}
+	for _, a := range []string{"A", "B", "C", "D", "E"} {
+		res.Run.Arrays = append(res.Run.Arrays, bench.ArrayShape{Name: a, Level: "raid5", Data: 3, Parity: 1})
+		res.Failover.Arrays = append(res.Failover.Arrays, bench.ArrayFailover{Array: a, Moved: a == "B", Degraded: a != "B"})
+	}
+	return res
 }
