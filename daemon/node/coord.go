@@ -516,14 +516,10 @@ func (n *Node) watchReports(ctx context.Context) <-chan report {
 				return
 			}
 		}
-		for wr := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-			if wr.Err() != nil {
+		o := store.WatchOptions{Rev: resp.Header.Revision + 1, Any: true}
+		for kv := range store.WatchPrefix(ctx, cli, prefix, o, store.Puts) {
+			if !handle(kv.Key, kv.Value) {
 				return
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut && !handle(string(ev.Kv.Key), ev.Kv.Value) {
-					return
-				}
 			}
 		}
 	}()

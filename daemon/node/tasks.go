@@ -181,16 +181,9 @@ func (n *Node) taskLoop(ctx context.Context) error {
 		for _, kv := range kvs {
 			handle(string(kv.Key), kv.Value)
 		}
-		wc := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		for wr := range wc {
-			if wr.Err() != nil {
-				break
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
-					handle(string(ev.Kv.Key), ev.Kv.Value)
-				}
-			}
+		o := store.WatchOptions{Rev: resp.Header.Revision + 1, Any: true}
+		for kv := range store.WatchPrefix(ctx, cli, prefix, o, store.Puts) {
+			handle(kv.Key, kv.Value)
 		}
 	}
 	return nil

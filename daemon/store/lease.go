@@ -224,11 +224,7 @@ func (s *Store) nodeGrace(was NodeInfo) time.Duration {
 func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 	out := make(chan NodeEvent)
 	prefix := s.key("nodes") + "/"
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...)
+	wc := openWatch(ctx, s.cli, prefix, WatchOptions{Rev: rev, Ops: []clientv3.OpOption{clientv3.WithPrevKV()}})
 	go func() {
 		defer close(out)
 		type held struct {

@@ -92,28 +92,13 @@ func (s *Store) Pending(ctx context.Context, queue string) ([]Message, error) {
 // lost its leader, or rev was compacted away); the caller then re-reads
 // the state and watches again from the last revision it handled + 1.
 func (s *Store) WatchQueue(ctx context.Context, queue string, rev int64) <-chan Message {
-	out := make(chan Message)
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.key("queues", queue)+"/", opts...)
-	go func() {
-		defer close(out)
-		for wr := range wc {
-			for _, ev := range wr.Events {
-				if ev.Kv.Version != 1 {
-					continue
-				}
-				select {
-				case out <- Message{Queue: queue, Key: string(ev.Kv.Key), Revision: ev.Kv.CreateRevision, Payload: ev.Kv.Value}:
-				case <-ctx.Done():
-					return
-				}
-			}
+	o := WatchOptions{Rev: rev, Ops: []clientv3.OpOption{clientv3.WithFilterDelete()}}
+	return WatchPrefix(ctx, s.cli, s.key("queues", queue)+"/", o, func(ev *clientv3.Event) (Message, bool) {
+		if ev.Kv.Version != 1 {
+			return Message{}, false
 		}
-	}()
-	return out
+		return Message{Queue: queue, Key: string(ev.Kv.Key), Revision: ev.Kv.CreateRevision, Payload: ev.Kv.Value}, true
+	})
 }
 
 // Done removes a handled entry.

@@ -119,39 +119,23 @@ func (r *Reservations) CompareAndSwap(ctx context.Context, subnqn string, nsid u
 // caller then re-reads (Get) and watches again from the last revision it
 // handled + 1.
 func (r *Reservations) Watch(ctx context.Context, rev int64) <-chan ResvRecord {
-	out := make(chan ResvRecord)
 	base := r.prefix + "resv/"
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	wc := r.w.Watch(clientv3.WithRequireLeader(ctx), base, opts...)
-	go func() {
-		defer close(out)
-		for wr := range wc {
-			for _, ev := range wr.Events {
-				name := strings.TrimPrefix(string(ev.Kv.Key), base)
-				i := strings.LastIndexByte(name, '/')
-				if i < 0 {
-					continue
-				}
-				nsid, err := strconv.ParseUint(name[i+1:], 10, 32)
-				if err != nil {
-					continue
-				}
-				rec := ResvRecord{SubNQN: name[:i], NSID: uint32(nsid), Revision: ev.Kv.ModRevision}
-				if ev.Type == clientv3.EventTypePut {
-					rec.Value = ev.Kv.Value
-				}
-				select {
-				case out <- rec:
-				case <-ctx.Done():
-					return
-				}
-			}
+	return WatchPrefix(ctx, r.w, base, WatchOptions{Rev: rev}, func(ev *clientv3.Event) (ResvRecord, bool) {
+		name := strings.TrimPrefix(string(ev.Kv.Key), base)
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			return ResvRecord{}, false
 		}
-	}()
-	return out
+		nsid, err := strconv.ParseUint(name[i+1:], 10, 32)
+		if err != nil {
+			return ResvRecord{}, false
+		}
+		rec := ResvRecord{SubNQN: name[:i], NSID: uint32(nsid), Revision: ev.Kv.ModRevision}
+		if ev.Type == clientv3.EventTypePut {
+			rec.Value = ev.Kv.Value
+		}
+		return rec, true
+	})
 }
 
 type resvAck struct {
@@ -213,19 +197,11 @@ func (r *Reservations) WaitApplied(ctx context.Context, subnqn string, nsid uint
 			}
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		wc := r.w.Watch(clientv3.WithRequireLeader(wctx), k, clientv3.WithRev(from))
-		done := false
-		for wr := range wc {
-			for _, ev := range wr.Events {
-				var a resvAck
-				if ev.Type == clientv3.EventTypePut && json.Unmarshal(ev.Kv.Value, &a) == nil && a.Node == node && a.Revision >= rev {
-					done = true
-				}
-			}
-			if done {
-				break
-			}
-		}
+		acked := WatchPrefix(wctx, r.w, k, WatchOptions{Rev: from, Exact: true}, func(ev *clientv3.Event) (struct{}, bool) {
+			var a resvAck
+			return struct{}{}, ev.Type == clientv3.EventTypePut && json.Unmarshal(ev.Kv.Value, &a) == nil && a.Node == node && a.Revision >= rev
+		})
+		_, done := <-acked
 		cancel()
 		if done {
 			return nil

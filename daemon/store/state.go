@@ -108,34 +108,14 @@ func (s *Store) ClaimOwnership(ctx context.Context, array, node string, epoch ui
 // lost its leader, or rev was compacted away); the caller then re-reads
 // the state and watches again from the last revision it handled + 1.
 func (s *Store) WatchOwnership(ctx context.Context, rev int64) <-chan Ownership {
-	out := make(chan Ownership)
-	prefix := s.key("owners") + "/"
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...)
-	go func() {
-		defer close(out)
-		for wr := range wc {
-			for _, ev := range wr.Events {
-				if ev.Type != clientv3.EventTypePut {
-					continue
-				}
-				var o Ownership
-				if json.Unmarshal(ev.Kv.Value, &o) != nil {
-					continue
-				}
-				o.Revision = ev.Kv.ModRevision
-				select {
-				case out <- o:
-				case <-ctx.Done():
-					return
-				}
-			}
+	return WatchPrefix(ctx, s.cli, s.key("owners")+"/", WatchOptions{Rev: rev}, func(ev *clientv3.Event) (Ownership, bool) {
+		var o Ownership
+		if ev.Type != clientv3.EventTypePut || json.Unmarshal(ev.Kv.Value, &o) != nil {
+			return o, false
 		}
-	}()
-	return out
+		o.Revision = ev.Kv.ModRevision
+		return o, true
+	})
 }
 
 // Section is the top level of a state key: what the operator asked for,
@@ -228,35 +208,19 @@ type Change struct {
 // lost its leader, or rev was compacted away); the caller then re-reads
 // the state and watches again from the last revision it handled + 1.
 func (s *Store) Watch(ctx context.Context, sec Section, kind string, rev int64) <-chan Change {
-	out := make(chan Change)
 	base := s.key(string(sec)) + "/"
 	prefix := base
 	if kind != "" {
 		prefix += kind + "/"
 	}
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...)
-	go func() {
-		defer close(out)
-		for wr := range wc {
-			for _, ev := range wr.Events {
-				k, n, _ := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), base), "/")
-				c := Change{Kind: k, Name: n, Revision: ev.Kv.ModRevision, Deleted: ev.Type == clientv3.EventTypeDelete}
-				if !c.Deleted {
-					c.Value = json.RawMessage(ev.Kv.Value)
-				}
-				select {
-				case out <- c:
-				case <-ctx.Done():
-					return
-				}
-			}
+	return WatchPrefix(ctx, s.cli, prefix, WatchOptions{Rev: rev}, func(ev *clientv3.Event) (Change, bool) {
+		k, n, _ := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), base), "/")
+		c := Change{Kind: k, Name: n, Revision: ev.Kv.ModRevision, Deleted: ev.Type == clientv3.EventTypeDelete}
+		if !c.Deleted {
+			c.Value = json.RawMessage(ev.Kv.Value)
 		}
-	}()
-	return out
+		return c, true
+	})
 }
 
 // Event is one entry of the append-only failover log (defined once, in

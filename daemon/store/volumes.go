@@ -514,25 +514,8 @@ func (vs *Volumes) Removed(ctx context.Context, pool, name, node string, nodes [
 // revision rev (0: now); the receiver re-reads Pools. The channel closes
 // when ctx ends or the watch breaks.
 func (vs *Volumes) Watch(ctx context.Context, rev int64) <-chan int64 {
-	out := make(chan int64, 1)
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	wc := vs.w.Watch(clientv3.WithRequireLeader(ctx), vs.prefix+"volumes/", opts...)
-	go func() {
-		defer close(out)
-		for wr := range wc {
-			if len(wr.Events) == 0 {
-				continue
-			}
-			r := wr.Events[len(wr.Events)-1].Kv.ModRevision
-			select {
-			case out <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
+	o := WatchOptions{Rev: rev, Buffer: 1, LastOnly: true}
+	return WatchPrefix(ctx, vs.w, vs.prefix+"volumes/", o, func(ev *clientv3.Event) (int64, bool) {
+		return ev.Kv.ModRevision, true
+	})
 }
