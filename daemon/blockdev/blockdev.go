@@ -33,6 +33,26 @@ type FUAWriter interface {
 	WriteAtFUA(p []byte, off int64) (n int, err error)
 }
 
+// Lender is implemented by devices held in memory that can lend their own
+// memory for a read instead of copying it (the NVMe/TCP target writes a
+// lent read's data to its socket straight from the device). LendAt
+// appends to iov slices of the device's memory that hold the length bytes
+// at off (a multiple of the block size, like ReadAt) and returns the loan
+// that holds them: until Loan.Return they keep exactly the bytes a ReadAt
+// at the time of the call would have returned — one state of the range
+// between whole writes — whatever is written meanwhile. Writes never wait
+// for a loan (the device writes elsewhere, copy on write), so a reader
+// that is slow to return one costs memory, never a writer's time.
+type Lender interface {
+	LendAt(iov [][]byte, off, length int64) (Loan, [][]byte, error)
+}
+
+// Loan is a read's hold on a Lender's memory. Return ends it, once; the
+// lent slices must not be used afterwards.
+type Loan interface {
+	Return()
+}
+
 // Sentinel errors. Wrap them with fmt.Errorf("...: %w", ErrX) and add the
 // values involved.
 var (

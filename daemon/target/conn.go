@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
 )
 
@@ -83,6 +84,12 @@ type request struct {
 	xferErr   nvme.Status // data digest failed on the way in
 	cqe       nvme.CQE
 	sendLen   int // bytes of data to send to the host with the response
+	// A read of a device that lends its memory (blockdev.Lender): the data
+	// to send is iov, slices of the device's memory held by loan, which is
+	// returned only after the write that carried them (release).
+	loan      blockdev.Loan
+	iov       [][]byte
+	lent      [4][]byte // iov's backing for up to 4 slices
 	closeConn bool
 	lat       *nsLat  // the latency average of its namespace (reads, writes)
 	rd        rdmaReq // NVMe/RDMA: keyed SGL and data buffer (rdma_conn.go)

@@ -1,6 +1,10 @@
 package target
 
-import "tier0/daemon/nvme"
+import (
+	"encoding/binary"
+
+	"tier0/daemon/nvme"
+)
 
 // complete sends the response of r with status st (and, on success, the
 // sendLen bytes of r.data).
@@ -152,7 +156,10 @@ func (c *conn) writeItems(items []outItem) (end bool, err error) {
 				c.noSQFlow = nvme.ParseConnectCmd(&r.sqe).CAttr&connectNoSQFlow != 0
 			}
 			if r.sendLen > 0 {
-				d := r.data[:r.sendLen]
+				var d []byte
+				if r.loan == nil {
+					d = r.data[:r.sendLen]
+				}
 				// With SQ flow control disabled by the host, a successful
 				// read ends with C2HData SUCCESS and no CapsuleResp, as
 				// Linux nvmet and SPDK do: the response carries nothing
@@ -162,11 +169,24 @@ func (c *conn) writeItems(items []outItem) (end bool, err error) {
 				if success {
 					flags |= nvme.FlagDataSuccess
 				}
-				hdrs = nvme.DataPDU{Type: nvme.PDUC2HData, Flags: flags, CID: r.sqe.CID, Length: uint32(len(d))}.Append(hdrs, c.digest)
-				iov = append(iov, hdrs[start:], d)
+				hdrs = nvme.DataPDU{Type: nvme.PDUC2HData, Flags: flags, CID: r.sqe.CID, Length: uint32(r.sendLen)}.Append(hdrs, c.digest)
+				iov = append(iov, hdrs[start:])
+				if r.loan != nil {
+					iov = append(iov, r.iov...)
+				} else {
+					iov = append(iov, d)
+				}
 				if c.digest&nvme.DigestData != 0 {
 					start = len(hdrs)
-					hdrs = nvme.AppendDigest(hdrs, d)
+					if r.loan != nil {
+						crc := uint32(0)
+						for _, b := range r.iov {
+							crc = nvme.UpdateCRC32C(crc, b)
+						}
+						hdrs = binary.LittleEndian.AppendUint32(hdrs, crc)
+					} else {
+						hdrs = nvme.AppendDigest(hdrs, d)
+					}
 					iov = append(iov, hdrs[start:])
 				}
 				if success {
@@ -196,6 +216,9 @@ func (c *conn) writeItems(items []outItem) (end bool, err error) {
 func (c *conn) release(m *outItem) {
 	if r := m.req; r != nil {
 		c.freeSlot(r)
+		if r.loan != nil {
+			r.loan.Return()
+		}
 		c.t.pools.put(r.buf)
 		*r = request{}
 		reqPool.Put(r)

@@ -3,26 +3,56 @@ package local
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"tier0/daemon/blockdev"
 )
+
+// memChunkSize is the unit of a Memory's copy on write (see LendAt).
+const memChunkSize = 64 << 10
+
+// maxSpareChunks bounds the buffers of replaced chunks a Memory keeps for
+// its next copies on write.
+const maxSpareChunks = 64
 
 // Memory is a blockdev.Device held in process memory, for benchmarks
 // (`tier0 fabric serve --ns mem:512M`) that measure the layers above a
 // drive apart from any file system or medium. It keeps nothing across a
 // restart and Flush has nothing to do; unlike blockdev.Mem it models no
 // volatile cache, keeps no write history and allocates nothing per
-// request, so that its own cost is a copy. NewMemory touches every page
-// (the whole size is resident from the start), so that no request pays a
-// page fault.
+// request, so that its own cost is a copy — or none: it lends its memory
+// for reads (blockdev.Lender). NewMemory touches every page (the whole
+// size is resident from the start), so that no request pays a page fault.
 //
 // Reads share a lock and writes hold it alone, so concurrent requests see
-// whole writes (which is more than the Device contract asks).
+// whole writes (which is more than the Device contract asks). The memory
+// is held in 64 KiB chunks; a write to a chunk that is lent writes a copy
+// of it, which replaces it, and the lent one is kept unchanged until its
+// last loan is returned (then it becomes the spare for the next copy).
 type Memory struct {
 	mu        sync.RWMutex
-	data      []byte
+	chunks    []*memChunk
+	size      int64
 	blockSize int
 	closed    bool
+	loans     sync.Pool // *memLoan
+
+	smu   sync.Mutex
+	spare [][]byte // buffers of replaced chunks no longer lent
+}
+
+// memChunk is one chunk of a Memory. state is 2 per loan outstanding,
+// plus 1 once the chunk was replaced by a write (it is then no longer in
+// the table, so no new loan can take it).
+type memChunk struct {
+	b     []byte
+	state atomic.Int64
+}
+
+// memLoan is a loan of a Memory: the chunks it holds.
+type memLoan struct {
+	m  *Memory
+	cs []*memChunk
 }
 
 // NewMemory returns a zero-filled Memory of size bytes (a positive
@@ -42,11 +72,16 @@ func NewMemory(size int64, blockSize int) (*Memory, error) {
 	for i := 0; i < len(data); i += 4096 {
 		data[i] = 0
 	}
-	return &Memory{data: data, blockSize: blockSize}, nil
+	m := &Memory{size: size, blockSize: blockSize}
+	for off := 0; off < len(data); off += memChunkSize {
+		m.chunks = append(m.chunks, &memChunk{b: data[off:min(off+memChunkSize, len(data)):min(off+memChunkSize, len(data))]})
+	}
+	m.loans.New = func() any { return &memLoan{m: m} }
+	return m, nil
 }
 
 // Size implements blockdev.Device.
-func (m *Memory) Size() int64 { return int64(len(m.data)) }
+func (m *Memory) Size() int64 { return m.size }
 
 // BlockSize implements blockdev.Device.
 func (m *Memory) BlockSize() int { return m.blockSize }
@@ -55,7 +90,7 @@ func (m *Memory) check(off, length int64) error {
 	if m.closed {
 		return fmt.Errorf("memory device: %w", blockdev.ErrClosed)
 	}
-	if err := blockdev.CheckRange(off, length, int64(len(m.data)), m.blockSize); err != nil {
+	if err := blockdev.CheckRange(off, length, m.size, m.blockSize); err != nil {
 		return fmt.Errorf("memory device: %w", err)
 	}
 	return nil
@@ -68,7 +103,93 @@ func (m *Memory) ReadAt(p []byte, off int64) (int, error) {
 	if err := m.check(off, int64(len(p))); err != nil {
 		return 0, err
 	}
-	return copy(p, m.data[off:]), nil
+	n := 0
+	for n < len(p) {
+		i, o := int((off+int64(n))/memChunkSize), int((off+int64(n))%memChunkSize)
+		n += copy(p[n:], m.chunks[i].b[o:])
+	}
+	return n, nil
+}
+
+// LendAt implements blockdev.Lender: the chunks that hold the range are
+// lent as they are, without a copy.
+func (m *Memory) LendAt(iov [][]byte, off, length int64) (blockdev.Loan, [][]byte, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.check(off, length); err != nil {
+		return nil, iov, err
+	}
+	l := m.loans.Get().(*memLoan)
+	for end := off + length; off < end; {
+		i, o := int(off/memChunkSize), int(off%memChunkSize)
+		c := m.chunks[i]
+		c.state.Add(2) // no write runs meanwhile (m.mu), so c stays in the table
+		b := c.b[o:min(len(c.b), o+int(end-off))]
+		iov = append(iov, b)
+		l.cs = append(l.cs, c)
+		off += int64(len(b))
+	}
+	return l, iov, nil
+}
+
+// Return implements blockdev.Loan.
+func (l *memLoan) Return() {
+	for i, c := range l.cs {
+		if c.state.Add(-2) == 1 { // replaced, and this was its last loan
+			l.m.putSpare(c.b)
+		}
+		l.cs[i] = nil
+	}
+	l.cs = l.cs[:0]
+	l.m.loans.Put(l)
+}
+
+func (m *Memory) putSpare(b []byte) {
+	m.smu.Lock()
+	if len(m.spare) < maxSpareChunks && len(b) == memChunkSize {
+		m.spare = append(m.spare, b)
+	}
+	m.smu.Unlock()
+}
+
+// writable returns the memory of chunk i for a write of its bytes
+// [lo, hi) (m.mu held for writing): the chunk's own, or, while it is
+// lent, a copy (holding the rest of its bytes) that replaces it.
+func (m *Memory) writable(i, lo, hi int) []byte {
+	c := m.chunks[i]
+	for {
+		v := c.state.Load()
+		if v == 0 {
+			return c.b // not lent, and no loan can start (m.mu)
+		}
+		if c.state.CompareAndSwap(v, v|1) {
+			break // lent: the last Return recycles it
+		}
+	}
+	var b []byte
+	m.smu.Lock()
+	if n := len(m.spare); n > 0 && len(c.b) == memChunkSize {
+		b, m.spare = m.spare[n-1], m.spare[:n-1]
+	}
+	m.smu.Unlock()
+	if b == nil {
+		b = make([]byte, len(c.b))
+	}
+	copy(b[:lo], c.b[:lo])
+	copy(b[hi:], c.b[hi:])
+	m.chunks[i] = &memChunk{b: b}
+	return b
+}
+
+// update calls fn for each chunk's part of [off, off+length), with the
+// memory to write it to (m.mu held for writing).
+func (m *Memory) update(off, length int64, fn func(dst []byte)) {
+	for end := off + length; off < end; {
+		i, o := int(off/memChunkSize), int(off%memChunkSize)
+		hi := min(len(m.chunks[i].b), o+int(end-off))
+		fn(m.writable(i, o, hi)[o:hi])
+		off += int64(hi - o)
+	}
 }
 
 // WriteAt implements blockdev.Device.
@@ -78,7 +199,9 @@ func (m *Memory) WriteAt(p []byte, off int64) (int, error) {
 	if err := m.check(off, int64(len(p))); err != nil {
 		return 0, err
 	}
-	return copy(m.data[off:], p), nil
+	n := 0
+	m.update(off, int64(len(p)), func(dst []byte) { n += copy(dst, p[n:]) })
+	return n, nil
 }
 
 // WriteAtFUA implements blockdev.FUAWriter (memory is as durable as it gets).
@@ -98,14 +221,14 @@ func (m *Memory) WriteZeroes(off, length int64) error {
 	if err := m.check(off, length); err != nil {
 		return err
 	}
-	clear(m.data[off : off+length])
+	m.update(off, length, func(dst []byte) { clear(dst) })
 	return nil
 }
 
 // Discard implements blockdev.Device; the range reads back zeroes.
 func (m *Memory) Discard(off, length int64) error { return m.WriteZeroes(off, length) }
 
-// Close implements blockdev.Device.
+// Close implements blockdev.Device. Loans outstanding stay valid.
 func (m *Memory) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -119,4 +242,5 @@ func (m *Memory) Close() error {
 var (
 	_ blockdev.Device    = (*Memory)(nil)
 	_ blockdev.FUAWriter = (*Memory)(nil)
+	_ blockdev.Lender    = (*Memory)(nil)
 )

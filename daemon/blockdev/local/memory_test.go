@@ -3,6 +3,7 @@ package local
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -56,7 +57,7 @@ func TestMemoryResidentFromStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// mincore wants a page-aligned start; AlignedBuffer gives one.
-	p := m.data
+	p := unsafe.Slice(&m.chunks[0].b[0], int(m.size)) // one allocation, chunked
 	if uintptr(unsafe.Pointer(&p[0]))%4096 != 0 {
 		t.Fatal("memory device buffer is not page-aligned")
 	}
@@ -72,5 +73,162 @@ func TestMemoryResidentFromStart(t *testing.T) {
 	}
 	if missing > 0 {
 		t.Fatalf("%d of %d pages of a new 16 MiB memory device are not resident; every request to one of them pays a page fault", missing, len(vec))
+	}
+}
+
+// TestMemoryLoanKeepsItsBytes: the memory a read borrows (LendAt) holds
+// what was there when it was lent, whatever is written over it before the
+// loan is returned, while reads see the writes; a write beside a loan
+// writes in place; a returned chunk is the spare of the next copy.
+func TestMemoryLoanKeepsItsBytes(t *testing.T) {
+	m, err := NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := pattern(192<<10, 1)
+	if _, err := m.WriteAt(old, 32<<10); err != nil { // chunks 0-3, unaligned to them
+		t.Fatal(err)
+	}
+	loan, iov, err := m.LendAt(nil, 32<<10, 128<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(iov) != 3 {
+		t.Fatalf("a 128 KiB loan at 32 KiB came in %d slices, want 3 (64 KiB chunks)", len(iov))
+	}
+	next := pattern(192<<10, 2)
+	if _, err := m.WriteAt(next[:4096], 36<<10); err != nil { // 4 KiB inside chunk 0
+		t.Fatal(err)
+	}
+	if _, err := m.WriteAt(next[:64<<10], 64<<10); err != nil { // all of chunk 1
+		t.Fatal(err)
+	}
+	if err := m.WriteZeroes(128<<10, 8192); err != nil { // start of chunk 2
+		t.Fatal(err)
+	}
+	beside := m.chunks[4]
+	if _, err := m.WriteAt(next[:4096], 256<<10); err != nil { // chunk 4, not lent
+		t.Fatal(err)
+	}
+	if m.chunks[4] != beside {
+		t.Fatal("a write to a chunk no loan holds copied it")
+	}
+	if got := bytes.Join(iov, nil); !bytes.Equal(got, old[:128<<10]) {
+		t.Fatal("writes over lent memory changed what the loan holds")
+	}
+	want := append([]byte(nil), old[:160<<10]...)
+	copy(want[4<<10:], next[:4096])
+	copy(want[32<<10:], next[:64<<10])
+	clear(want[96<<10 : 104<<10])
+	got := make([]byte, 160<<10)
+	if _, err := m.ReadAt(got, 32<<10); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("a read after writes over a loan does not see them (err %v)", err)
+	}
+	loan.Return()
+	if len(m.spare) != 3 {
+		t.Fatalf("%d spare chunks after the loan of 3 replaced chunks was returned, want 3", len(m.spare))
+	}
+	l2, _, _ := m.LendAt(nil, 0, 4096)
+	if _, err := m.WriteAt(next[:4096], 0); err != nil {
+		t.Fatal(err)
+	}
+	l2.Return()
+	if len(m.spare) != 3 {
+		t.Fatalf("%d spare chunks after a copy on write and a return, want 3 (the copy took a spare)", len(m.spare))
+	}
+	if _, _, err := m.LendAt(nil, 1<<20, 4096); !errors.Is(err, blockdev.ErrOutOfRange) {
+		t.Fatalf("loan past the end: %v, want ErrOutOfRange", err)
+	}
+	if _, _, err := m.LendAt(nil, 100, 4096); !errors.Is(err, blockdev.ErrMisaligned) {
+		t.Fatalf("misaligned loan: %v, want ErrMisaligned", err)
+	}
+}
+
+// TestMemoryLoansSeeWholeWrites: loans taken while other goroutines
+// write whole 128 KiB patterns over the same range always hold one write,
+// never a mix (run with -race: Return and the copy on write race by
+// design, on atomics).
+func TestMemoryLoansSeeWholeWrites(t *testing.T) {
+	const size = 128 << 10
+	m, err := NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(32 << 10) // three chunks
+	if _, err := m.WriteAt(bytes.Repeat([]byte{0}, size), off); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	errc := make(chan error, 3)
+	for w := 1; w <= 2; w++ {
+		go func() {
+			p := make([]byte, size)
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					errc <- nil
+					return
+				default:
+				}
+				v := byte(w*100 + i%50)
+				for j := range p {
+					p[j] = v
+				}
+				if _, err := m.WriteAt(p, off); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			loan, iov, err := m.LendAt(nil, off, size)
+			if err != nil {
+				errc <- err
+				return
+			}
+			first := iov[0][0]
+			runtime.Gosched() // let the writers run while the loan is out
+			for _, b := range iov {
+				if n := bytes.Count(b, []byte{first}); n != len(b) {
+					errc <- errors.New("a loan holds a mix of two writes")
+					loan.Return()
+					return
+				}
+			}
+			loan.Return()
+		}
+		errc <- nil
+	}()
+	for i := 0; i < 3; i++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMemoryNoAllocPerRequest: reads, writes, loans and their return
+// allocate nothing once warm (a copy on write allocates only when no
+// spare is left).
+func TestMemoryNoAllocPerRequest(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	m, err := NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, 128<<10)
+	iov := make([][]byte, 0, 4)
+	n := testing.AllocsPerRun(100, func() {
+		_, _ = m.WriteAt(p, 4096)
+		_, _ = m.ReadAt(p, 8192)
+		l, _, _ := m.LendAt(iov[:0], 4096, 128<<10)
+		l.Return()
+	})
+	if n != 0 {
+		t.Fatalf("%v allocations per write+read+loan, want 0", n)
 	}
 }
