@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 	"tier0/daemon/nvme"
 	"tier0/daemon/raid"
 	"tier0/daemon/slurm"
@@ -41,13 +42,13 @@ type lease interface {
 // said so (Lost), or — on the node's own timer, whatever the etcd client
 // is doing — its local deadline minus margin passed without a renewal. It
 // returns "" when ctx ends first.
-func awaitLeaseLoss(ctx context.Context, l lease, margin time.Duration) string {
+func awaitLeaseLoss(ctx context.Context, clk clock.Clock, l lease, margin time.Duration) string {
 	for {
-		wait := time.Until(l.Deadline().Add(-margin))
+		wait := l.Deadline().Add(-margin).Sub(clk.Now())
 		if wait <= 0 {
 			return fmt.Sprintf("lease not renewed by its local deadline %s minus margin %s (local watchdog)", l.Deadline().Format(time.RFC3339Nano), margin)
 		}
-		t := time.NewTimer(wait)
+		t := clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -55,7 +56,7 @@ func awaitLeaseLoss(ctx context.Context, l lease, margin time.Duration) string {
 		case <-l.Lost():
 			t.Stop()
 			return "lease lost: " + errString(l.Err())
-		case <-t.C:
+		case <-t.C():
 			// Re-read the deadline: a renewal may have moved it on.
 		}
 	}
@@ -102,7 +103,7 @@ func (n *Node) livenessLoop(ctx context.Context) error {
 			n.sendReport(report{Kind: "returned", Started: unixNano(info.Started), Fences: info.Fences})
 			fencedBefore = false
 		}
-		why := awaitLeaseLoss(ctx, live, margin)
+		why := awaitLeaseLoss(ctx, n.clk(), live, margin)
 		if why == "" {
 			return nil
 		}

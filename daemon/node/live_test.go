@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"tier0/daemon/clock"
 )
 
 // The liveness loop fences on its own timer at the lease's local deadline
@@ -12,7 +14,7 @@ import (
 func TestLeaseWatchdogFiresWithoutTheStore(t *testing.T) {
 	l := &stuckLease{deadline: time.Now().Add(200 * time.Millisecond), lost: make(chan struct{})}
 	got := make(chan string, 1)
-	go func() { got <- awaitLeaseLoss(t.Context(), l, 50*time.Millisecond) }()
+	go func() { got <- awaitLeaseLoss(t.Context(), clock.Real, l, 50*time.Millisecond) }()
 	select {
 	case why := <-got:
 		if why == "" {
@@ -28,7 +30,7 @@ func TestLeaseWatchdogFiresWithoutTheStore(t *testing.T) {
 	l2 := &stuckLease{deadline: time.Now().Add(time.Hour), lost: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if why := awaitLeaseLoss(ctx, l2, time.Second); why != "" {
+	if why := awaitLeaseLoss(ctx, clock.Real, l2, time.Second); why != "" {
 		t.Fatalf("a lease an hour from its deadline was declared lost: %s", why)
 	}
 }

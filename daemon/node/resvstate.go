@@ -127,7 +127,7 @@ func (s *served) syncReservation() error {
 	// A few tries: the coordinator asks for optimized once per takeover.
 	st, err := b.Load(s.nqn, frontendNSID)
 	for try := 1; err != nil && try < 3; try++ {
-		time.Sleep(500 * time.Millisecond)
+		s.n.clk().Sleep(500 * time.Millisecond)
 		st, err = b.Load(s.nqn, frontendNSID)
 	}
 	if err != nil {
@@ -189,7 +189,7 @@ func (n *Node) watchReservations(ctx context.Context, rs *store.Reservations) {
 		cancel()
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-n.clk().After(time.Second):
 		}
 	}
 }

@@ -136,6 +136,9 @@ func (s *SimNode) Wait() { s.n.bg.Wait() }
 // end to be reported, then for the reports: the RAID engine's tasks run in goroutines of their own, and
 // a simulation that waits for them at each step replays more often. It
 // reports whether every task ended in time.
+//
+// It waits on the wall clock, not the node's: under the simulation's fake
+// clock nothing advances while it waits for goroutines to finish.
 func (s *SimNode) Quiesce(timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	busy := func(sv *served) bool {

@@ -94,8 +94,8 @@ func (n *Node) key(parts ...string) string {
 var seqCounter atomic.Uint64
 
 // seq is a key suffix that sorts in creation order.
-func seq() string {
-	return fmt.Sprintf("%020d-%06d", time.Now().UnixNano(), seqCounter.Add(1)%1000000)
+func (n *Node) seq() string {
+	return fmt.Sprintf("%020d-%06d", n.clk().Now().UnixNano(), seqCounter.Add(1)%1000000)
 }
 
 // sendTask hands an action to its node.
@@ -107,7 +107,7 @@ func (n *Node) sendTask(ctx context.Context, a cluster.Action) error {
 		return err
 	}
 	b, _ := json.Marshal(task{Kind: kind, Action: raw})
-	key := n.key("tasks", a.Performer(), seq())
+	key := n.key("tasks", a.Performer(), n.seq())
 	// Under the coordinator term's election (withViewGuard): a coordinator
 	// superseded while it was frozen hands out nothing once it thaws.
 	if guard, _ := ctx.Value(viewGuardKey{}).(store.Guard); guard != nil {
@@ -129,7 +129,7 @@ func (n *Node) sendReport(r report) {
 	b, _ := json.Marshal(r)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := n.st.Client().Put(ctx, n.key("reports", seq()), string(b)); err != nil {
+	if _, err := n.st.Client().Put(ctx, n.key("reports", n.seq()), string(b)); err != nil {
 		n.log.Warn("report lost; the coordinator will time the step out and retry", "report", r.Kind, "array", r.Array, "err", err)
 	}
 }

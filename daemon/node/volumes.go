@@ -196,7 +196,7 @@ func (n *Node) watchVolumes(ctx context.Context) {
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
 		w := vs.Watch(wctx, 0)
-		tick := time.NewTicker(volumeResync)
+		tick := n.clk().NewTicker(volumeResync)
 	loop:
 		for {
 			if err := n.reconcileVolumes(ctx); err != nil && ctx.Err() == nil {
@@ -210,14 +210,14 @@ func (n *Node) watchVolumes(ctx context.Context) {
 				if !ok {
 					break loop
 				}
-			case <-tick.C:
+			case <-tick.C():
 			}
 		}
 		tick.Stop()
 		cancel()
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-n.clk().After(time.Second):
 		}
 	}
 }
