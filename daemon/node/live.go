@@ -153,6 +153,7 @@ func (n *Node) housekeeping(ctx context.Context) {
 			arrays = append(arrays, s)
 		}
 		n.mu.Unlock()
+		n.flushReports()
 		if i%5 == 0 {
 			n.retryFailed(ctx)
 		}

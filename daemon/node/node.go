@@ -80,6 +80,7 @@ type Node struct {
 	fences    atomic.Uint64
 	lease     leaseSlot      // the current lease, for the per-request check
 	bg        sync.WaitGroup // background reports and records (goBG)
+	out       outbox         // reports not yet in the store (outbox.go)
 	arrayList []*served      // the arrays in config order, fixed once the frontend started
 	started   time.Time
 	coord     bool   // this node is the coordinator now

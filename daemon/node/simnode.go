@@ -107,6 +107,13 @@ func (s *SimNode) LeaseLost(why string) {
 // RetryFailed is the housekeeping's re-assembly of failed arrays.
 func (s *SimNode) RetryFailed(ctx context.Context) { s.n.retryFailed(ctx) }
 
+// FlushReports is the housekeeping's delivery of reports the store did not
+// take (outbox.go); it returns how many still wait.
+func (s *SimNode) FlushReports() int {
+	s.n.flushReports()
+	return s.n.pendingReports()
+}
+
 // Device is the frontend namespace of array (nil when not configured).
 func (s *SimNode) Device(array string) blockdev.Device {
 	if sv := s.n.served(array); sv != nil {

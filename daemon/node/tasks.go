@@ -121,19 +121,6 @@ func (n *Node) sendTask(ctx context.Context, a cluster.Action) error {
 	return err
 }
 
-// sendReport tells the coordinator what happened.
-func (n *Node) sendReport(r report) {
-	if r.Node == "" {
-		r.Node = n.me.Name
-	}
-	b, _ := json.Marshal(r)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := n.st.Client().Put(ctx, n.key("reports", n.seq()), string(b)); err != nil {
-		n.log.Warn("report lost; the coordinator will time the step out and retry", "report", r.Kind, "array", r.Array, "err", err)
-	}
-}
-
 // taskLoop performs the tasks addressed to this node, in order per array.
 func (n *Node) taskLoop(ctx context.Context) error {
 	prefix := n.key("tasks", n.me.Name) + "/"

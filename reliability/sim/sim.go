@@ -341,6 +341,7 @@ func (w *world) step(workload bool) {
 			w.perform(ctx, n)
 			w.keepAlive(n)
 		}
+		n.sn.FlushReports()
 		if w.tick%5 == 0 {
 			n.sn.RetryFailed(ctx)
 		}
