@@ -72,8 +72,19 @@ func (m *Machine) assembled(e ArrayAssembled) error {
 	if err != nil {
 		return err
 	}
-	if a.phase != phaseAssembling || a.owner != e.Node || a.epoch != e.Epoch || m.nodes[e.Node].state != NodeUp {
+	if a.owner != e.Node || a.epoch != e.Epoch || m.nodes[e.Node].state != NodeUp {
 		return nil // as for FenceDone
+	}
+	switch a.phase {
+	case phaseAssembling:
+	case phaseFailed:
+		// The owner re-assembled the failed array itself once enough
+		// members answered again (daemon/node retryFailed), under the
+		// epoch it holds: members cut off on the backend alone bring no
+		// NodeReturned, so nothing else would end the failure before the
+		// backoff (simulation seed 117044). Recorded as recovered below.
+	default:
+		return nil
 	}
 	a.phase, a.phaseAt = phaseActive, m.now
 	m.emit(SetANA{Array: a.name, Node: a.owner, State: ANAOptimized, Epoch: a.epoch})
