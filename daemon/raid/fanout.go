@@ -213,8 +213,11 @@ func (a *Array) runGrouped(ops []mop) error {
 			groups++
 		}
 	}
-	if groups == 1 || a.pol.IOTimeout == 0 && fast(ops) {
+	if groups == 1 {
 		return a.runMerged(ops)
+	}
+	if a.pol.IOTimeout == 0 && fast(ops) {
+		return a.runGroupsInline(ops)
 	}
 	b := getBatch(groups)
 	b.wg.Add(groups - 1)
@@ -235,6 +238,34 @@ func (a *Array) runGrouped(ops []mop) error {
 	}
 	b.errs[0] = a.runMerged(first)
 	return b.finish()
+}
+
+// runGroupsInline runs ops (sorted by role) one member after another on
+// the caller's goroutine. A member that fails ends only its own requests:
+// the others' still run, as on the worker path (stopping at the first
+// error left the members after it with old chunks and parity under an
+// acknowledged write; TestMemberFailingUnderInlineFullStripeBatchKeepsOthersWrites).
+// Errors as finish reports them.
+func (a *Array) runGroupsInline(ops []mop) error {
+	var gone, other error
+	for i := 0; i < len(ops); {
+		j := i + 1
+		for j < len(ops) && ops[j].m == ops[i].m {
+			j++
+		}
+		switch err := a.runMerged(ops[i:j]); {
+		case err == nil:
+		case errors.Is(err, errGone):
+			gone = err
+		case other == nil:
+			other = err
+		}
+		i = j
+	}
+	if other != nil {
+		return other
+	}
+	return gone
 }
 
 // maxMerge bounds one merged member request.
