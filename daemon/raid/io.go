@@ -417,7 +417,7 @@ func (a *Array) writeFullBatch(sps []span, fua bool) (bool, error) {
 	// runGrouped merges them into one request per member.
 	err := a.runGrouped(ops)
 	for _, sp := range sps {
-		a.jl.wrote(sp.s)
+		a.jl.wrote(sp.s, 0, int64(nd)*C, fua)
 	}
 	if err != nil {
 		for r := range a.members {

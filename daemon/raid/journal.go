@@ -48,21 +48,14 @@ type journal struct {
 	completed, completedAtRetire uint64
 
 	// Write generations: gen advances at the start of every member
-	// flush; wgen records, per stripe (hashed), the generation in which
-	// its last write completed. A stripe written in a generation not yet
-	// flushed must be flushed before a log entry for it is written, since
-	// the entry's partial parity assumes the current data is durable.
+	// flush; wst records, per stripe (hashed), the generation in which
+	// its last write completed and the bytes written since the last
+	// flush (unflushed.go). A log entry whose partial parity covers
+	// such bytes needs a flush first, since the partial assumes the
+	// content it covers is durable.
 	gen        atomic.Uint64
 	flushedGen atomic.Uint64
-	wgen       [1 << 16]atomic.Uint64
-}
-
-// wrote records that a write to stripe s completed.
-func (j *journal) wrote(s int64) { j.wgen[uint64(s)%uint64(len(j.wgen))].Store(j.gen.Load()) }
-
-// unflushed reports whether stripe s may hold writes not yet durable.
-func (j *journal) unflushed(s int64) bool {
-	return j.wgen[uint64(s)%uint64(len(j.wgen))].Load() > j.flushedGen.Load()
+	wst        [wstSlots]wstate
 }
 
 const (

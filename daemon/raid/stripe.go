@@ -411,12 +411,12 @@ func (a *Array) unloggable(s int64, n int) error {
 func (a *Array) commitStripe(w *stripeWork) error {
 	p := &w.p
 	if w.logged {
-		// The partial parity assumes the untouched chunks are durable.
-		// On a healthy stripe a crash is repaired by the bitmap resync,
-		// so only a stripe with a member missing or rebuilding pays for
-		// the flush (a crash together with a member loss on a healthy
-		// stripe rewritten within one flush interval is not covered).
-		if !p.healthy && a.jl.unflushed(p.s) {
+		// The partial parity assumes the bytes it covers are durable
+		// (unflushed.go): with a member missing or rebuilding, any
+		// write to the stripe since the last flush; on a healthy
+		// stripe, only one to the bytes the partial covers (a crash
+		// that also loses a member would rebuild its chunk from it).
+		if !p.healthy && a.jl.unflushed(p.s) || p.healthy && a.jl.partialUnflushed(p.s, p.lo, p.hi, p.rlo, p.rhi, p.C) {
 			if err := a.flushMembers(); err != nil {
 				return retryOn(err)
 			}
@@ -439,7 +439,7 @@ func (a *Array) commitStripe(w *stripeWork) error {
 	// A member that fails now leaves the stripe consistent: the parity
 	// written covers the new content of every chunk.
 	err := a.run(w.ops)
-	a.jl.wrote(p.s)
+	a.jl.wrote(p.s, p.lo, p.hi, p.fua)
 	if errors.Is(err, errGone) {
 		// A member failed mid-update. The survivors hold a consistent
 		// stripe, but the log entry may lack the lost member's new

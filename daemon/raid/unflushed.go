@@ -1,0 +1,80 @@
+package raid
+
+import "sync/atomic"
+
+// Per-stripe unflushed state. A log entry's partial parity is computed
+// from the current content of the bytes the write does not modify, and
+// the replay after a crash trusts it: parity := partial ⊕ the modified
+// chunks as they are on the members. If a byte the partial covers was
+// written since the last flush, a crash may revert it, and a chunk
+// rebuilt from that parity (a member lost with the crash) is wrong in
+// rows it never wrote: acknowledged data lost. So before such an entry is
+// logged, the members are flushed.
+//
+// The state is hashed per stripe (wstSlots entries). Stripes sharing a
+// slot share a stripe lock (wstSlots is a multiple of stripeLocks), and
+// every access happens under that lock, so lo and hi need no atomics.
+// Two stripes in one slot merge their ranges: more flushes, never fewer.
+const wstSlots = 1 << 16
+
+// Every stripe of a wst slot hashes to the same stripe lock.
+var _ [wstSlots % stripeLocks]struct{} = [0]struct{}{}
+
+type wstate struct {
+	gen    atomic.Uint64 // generation of the last completed write
+	lo, hi int64         // bytes of the stripe's data written since the last flush (conservative union; empty when lo >= hi)
+}
+
+func (j *journal) wslot(s int64) *wstate { return &j.wst[uint64(s)%wstSlots] }
+
+// wrote records that a write of [lo, hi) of stripe s's data completed
+// (stripe lock held); durable: written with FUA, so nothing of it can
+// revert.
+func (j *journal) wrote(s, lo, hi int64, durable bool) {
+	w := j.wslot(s)
+	if w.gen.Load() <= j.flushedGen.Load() {
+		w.lo, w.hi = 0, 0 // everything written before is flushed
+	}
+	if !durable {
+		if w.lo >= w.hi {
+			w.lo, w.hi = lo, hi
+		} else {
+			w.lo, w.hi = min(w.lo, lo), max(w.hi, hi)
+		}
+	}
+	w.gen.Store(j.gen.Load())
+}
+
+// unflushed reports whether stripe s may hold writes not yet durable.
+func (j *journal) unflushed(s int64) bool {
+	return j.wslot(s).gen.Load() > j.flushedGen.Load()
+}
+
+// partialUnflushed reports whether the partial parity of a write of
+// [lo, hi) of stripe s's data over rows [rlo, rhi) (chunk size C) covers
+// a byte written since the last flush: a byte of the rows outside the
+// write (stripe lock held).
+func (j *journal) partialUnflushed(s, lo, hi, rlo, rhi, C int64) bool {
+	w := j.wslot(s)
+	if w.gen.Load() <= j.flushedGen.Load() || w.lo >= w.hi || rlo >= rhi {
+		return false
+	}
+	// The dirty range minus the write: at most two pieces.
+	return rowsMeet(w.lo, min(w.hi, lo), rlo, rhi, C) || rowsMeet(max(w.lo, hi), w.hi, rlo, rhi, C)
+}
+
+// rowsMeet reports whether a byte of [x, y) lies in rows [rlo, rhi) of its
+// chunk (rlo < rhi ≤ C).
+func rowsMeet(x, y, rlo, rhi, C int64) bool {
+	if x >= y {
+		return false
+	}
+	if y-x >= C {
+		return true
+	}
+	a, b := x%C, x%C+(y-x) // residues [a, b), b may pass C (wraps)
+	if a < rhi && b > rlo {
+		return true
+	}
+	return b > C && b-C > rlo
+}
