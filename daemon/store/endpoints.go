@@ -85,7 +85,7 @@ func onEndpoints[T any](ctx context.Context, s *Store, per time.Duration, op fun
 			select { // every endpoint failed once: do not spin
 			case <-ctx.Done():
 				return zero, fmt.Errorf("%w (tries: %w)", ctx.Err(), errors.Join(errs...))
-			case <-time.After(100 * time.Millisecond):
+			case <-s.clk.After(100 * time.Millisecond):
 			}
 		}
 	}

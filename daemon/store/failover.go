@@ -69,7 +69,7 @@ func readOn[T any](ctx context.Context, s *Store, op func(context.Context, clien
 			select {
 			case <-ctx.Done():
 				return zero, err
-			case <-time.After(100 * time.Millisecond):
+			case <-s.clk.After(100 * time.Millisecond):
 			}
 		}
 	}
@@ -173,7 +173,7 @@ func (w *failoverWatcher) Watch(ctx context.Context, key string, opts ...clientv
 	go func() {
 		defer close(out)
 		defer cancel()
-		probe := time.NewTicker(probeLoop)
+		probe := w.s.clk.NewTicker(probeLoop)
 		defer probe.Stop()
 		misses := 0
 		for {
@@ -187,7 +187,7 @@ func (w *failoverWatcher) Watch(ctx context.Context, key string, opts ...clientv
 				case <-wctx.Done():
 					return
 				}
-			case <-probe.C:
+			case <-probe.C():
 				pctx, pcancel := context.WithTimeout(wctx, probeTry)
 				_, err := e.kv.Get(pctx, w.s.key("probe"), clientv3.WithSerializable(), clientv3.WithCountOnly())
 				pcancel()

@@ -113,7 +113,7 @@ func (f *failoverLease) KeepAliveOnce(ctx context.Context, id clientv3.LeaseID) 
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("keep-alive of lease %x: %w", int64(id), r.err)
-		case <-time.After(100 * time.Millisecond):
+		case <-f.s.clk.After(100 * time.Millisecond):
 		}
 	}
 }

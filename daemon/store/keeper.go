@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"tier0/daemon/clock"
 )
 
 // LeaseStats describes how a lease's renewals went.
@@ -53,7 +55,7 @@ type keeper struct {
 	idLocked clientv3.LeaseID // the lease kept now (rejoin replaces it)
 	deadline time.Time
 	lostErr  error
-	timer    *time.Timer
+	timer    clock.Timer
 	stats    LeaseStats
 }
 
@@ -66,7 +68,7 @@ func (s *Store) keep(id clientv3.LeaseID, what string, ttl, margin time.Duration
 		cancel: cancel, done: make(chan struct{}), lost: make(chan struct{}),
 		deadline: start.Add(ttl), stats: LeaseStats{Last: start}}
 	k.mu.Lock()
-	k.timer = time.AfterFunc(k.deadline.Add(-margin).Sub(s.now()), k.expire)
+	k.timer = s.clk.AfterFunc(k.deadline.Add(-margin).Sub(s.now()), k.expire)
 	k.mu.Unlock()
 	go k.run(ctx)
 	return k
@@ -136,7 +138,7 @@ func (k *keeper) run(ctx context.Context) {
 	k.mu.Lock()
 	next := k.stats.Last.Add(k.tm.every)
 	k.mu.Unlock()
-	t := time.NewTimer(0)
+	t := k.s.clk.NewTimer(0)
 	defer t.Stop()
 	for {
 		t.Reset(max(next.Sub(k.s.now()), 0))
@@ -179,7 +181,7 @@ func (k *keeper) run(ctx context.Context) {
 					next = soon
 				}
 			}
-		case <-t.C:
+		case <-t.C():
 			if inflight < maxAttempts {
 				inflight++
 				id := k.currentID()

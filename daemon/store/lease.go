@@ -242,14 +242,14 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 				return false
 			}
 		}
-		tick := time.NewTicker(max(s.nodeGrace(NodeInfo{})/20, 10*time.Millisecond))
+		tick := s.clk.NewTicker(max(s.nodeGrace(NodeInfo{})/20, 10*time.Millisecond))
 		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
-				now := time.Now()
+			case <-tick.C():
+				now := s.clk.Now()
 				var due []*held
 				for n, h := range pending {
 					if now.Sub(h.since) >= h.grace {
@@ -270,7 +270,7 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 				for _, ev := range wr.Events {
 					ne := NodeEvent{Node: strings.TrimPrefix(string(ev.Kv.Key), prefix), Revision: ev.Kv.ModRevision}
 					if ev.Type != clientv3.EventTypePut {
-						h := &held{ev: ne, since: time.Now()}
+						h := &held{ev: ne, since: s.clk.Now()}
 						if ev.PrevKv != nil {
 							_ = json.Unmarshal(ev.PrevKv.Value, &h.was)
 						}
@@ -284,7 +284,7 @@ func (s *Store) WatchNodes(ctx context.Context, rev int64) <-chan NodeEvent {
 						delete(pending, ne.Node)
 						if !h.was.Started.IsZero() && h.was.Started.Equal(ne.Info.Started) {
 							if h.was.Fences == ne.Info.Fences {
-								s.log.Info("node registered again under a new lease before its deletion counted", "node", ne.Node, "gone_for", time.Since(h.since))
+								s.log.Info("node registered again under a new lease before its deletion counted", "node", ne.Node, "gone_for", s.clk.Since(h.since))
 								continue
 							}
 							// It fenced itself in between: it is back (the
@@ -331,7 +331,7 @@ func (s *Store) SettledNodes(ctx context.Context) (map[string]NodeInfo, int64, e
 	select {
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
-	case <-time.After(grace):
+	case <-s.clk.After(grace):
 	}
 	resp, err := s.cli.Get(ctx, s.key("nodes")+"/", clientv3.WithPrefix())
 	if err != nil {

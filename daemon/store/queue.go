@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,7 +53,7 @@ func (s *Store) Enqueue(ctx context.Context, guard Guard, queue string, payload 
 	if err := queueName(queue); err != nil {
 		return 0, err
 	}
-	k := s.key("queues", queue, fmt.Sprintf("%019d-%s", time.Now().UnixNano(), uuid.NewString()))
+	k := s.key("queues", queue, fmt.Sprintf("%019d-%s", s.clk.Now().UnixNano(), uuid.NewString()))
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)}
 	if guard != nil {
 		cmps = append(cmps, *guard)

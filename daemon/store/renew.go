@@ -101,13 +101,13 @@ func (s *Store) renewAttempt(ctx context.Context, id clientv3.LeaseID, tm renewT
 		}()
 	}
 	launch()
-	hedge := time.NewTimer(tm.hedge)
+	hedge := s.clk.NewTimer(tm.hedge)
 	defer hedge.Stop()
 	var errs []error
 	for {
 		var hc <-chan time.Time
 		if launched < n {
-			hc = hedge.C
+			hc = hedge.C()
 		}
 		select {
 		case r := <-res:

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"tier0/daemon/clock"
 )
 
 // stallProxy forwards TCP connections to an etcd member and can hold every
@@ -180,7 +182,7 @@ func TestRegisterWhoseLeaseEndsBeforeItsKeyIsPut(t *testing.T) {
 		}
 		return time.Now()
 	}
-	ns, err := Open(ctx, Options{Name: "A", Endpoints: []string{p.url()}, StartTimeout: 10 * time.Second, Now: now})
+	ns, err := Open(ctx, Options{Name: "A", Endpoints: []string{p.url()}, StartTimeout: 10 * time.Second, Clock: nowClock{clock.Real, now}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,3 +246,11 @@ func TestRegisterWhoseLeaseEndsBeforeItsKeyIsPut(t *testing.T) {
 		t.Fatalf("lease %x not held after Register: %v", int64(a.ID()), a.Err())
 	}
 }
+
+// nowClock is a Clock whose Now is now.
+type nowClock struct {
+	clock.Clock
+	now func() time.Time
+}
+
+func (c nowClock) Now() time.Time { return c.now() }

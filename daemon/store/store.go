@@ -15,6 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"tier0/daemon/clock"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -77,8 +79,9 @@ type Options struct {
 	// Logger (tagged component=etcd): debug, info, warn, error (default
 	// warn).
 	EtcdLogLevel string
-	// Now is the clock for lease deadlines (default time.Now).
-	Now func() time.Time
+	// Clock is the store's time: lease deadlines and their local timers,
+	// WatchNodes' grace, retry pauses (default clock.Real).
+	Clock clock.Clock
 }
 
 // Store is an open connection to the cluster store. Methods are safe for
@@ -89,8 +92,9 @@ type Store struct {
 	cli    *clientv3.Client
 	prefix string
 	log    *slog.Logger
-	now    func() time.Time
-	ep     endpoints // one connection per member, for lease renewals (renew.go)
+	clk    clock.Clock
+	now    func() time.Time // clk.Now
+	ep     endpoints        // one connection per member, for lease renewals (renew.go)
 	// nodeTTL is the TTL of the last liveness lease registered here
 	// (WatchNodes' grace is derived from it).
 	nodeTTL atomic.Int64
@@ -118,9 +122,7 @@ func (o *Options) fill() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.Or(o.Clock)
 	if o.EtcdLogLevel == "" {
 		o.EtcdLogLevel = "warn"
 	}
@@ -141,7 +143,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	s := &Store{opts: opts, prefix: opts.Prefix, log: opts.Logger, now: opts.Now}
+	s := &Store{opts: opts, prefix: opts.Prefix, log: opts.Logger, clk: opts.Clock, now: opts.Clock.Now}
 	endpoints := opts.Endpoints
 	if len(opts.Peers) > 0 {
 		var self *Peer
@@ -248,7 +250,7 @@ func (s *Store) startMember(ctx context.Context, self Peer) error {
 	case err := <-e.Err():
 		e.Close()
 		return fmt.Errorf("embedded etcd member %q failed: %w (%w)", self.Name, err, ErrStart)
-	case <-time.After(o.StartTimeout):
+	case <-s.clk.After(o.StartTimeout):
 		e.Close()
 		return fmt.Errorf("embedded etcd member %q not ready after %s: is a majority of peers %v up and reachable? %w", self.Name, o.StartTimeout, ic, ErrStart)
 	case <-ctx.Done():

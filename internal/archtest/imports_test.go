@@ -39,7 +39,7 @@ var allowed = map[string][]string{
 	"daemon/rdma":                  {"daemon/blockdev", "daemon/nvme"},
 	"daemon/raid":                  {"daemon/blockdev"},
 	// The control plane.
-	"daemon/store":       {"daemon/config", "daemon/cluster"},
+	"daemon/store":       {"daemon/config", "daemon/cluster", "daemon/clock"},
 	"daemon/api":         {"daemon/config", "daemon/cluster", "daemon/store", "daemon/raid"},
 	"daemon/slurm":       nil,
 	"daemon/slurm/drain": {"daemon/slurm"},
