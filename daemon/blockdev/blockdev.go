@@ -42,7 +42,11 @@ type FUAWriter interface {
 // at the time of the call would have returned — one state of the range
 // between whole writes — whatever is written meanwhile. Writes never wait
 // for a loan (the device writes elsewhere, copy on write), so a reader
-// that is slow to return one costs memory, never a writer's time.
+// that is slow to return one costs memory, never a writer's time. A
+// Lender's requests wait for nothing but the CPU (no medium, no lock held
+// across I/O): the NVMe/TCP target relies on it to run a write to one
+// from its connection's read buffer, never handing it to another
+// goroutine.
 type Lender interface {
 	LendAt(iov [][]byte, off, length int64) (Loan, [][]byte, error)
 }

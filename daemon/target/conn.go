@@ -87,9 +87,12 @@ type request struct {
 	// A read of a device that lends its memory (blockdev.Lender): the data
 	// to send is iov, slices of the device's memory held by loan, which is
 	// returned only after the write that carried them (release).
-	loan      blockdev.Loan
-	iov       [][]byte
-	lent      [4][]byte // iov's backing for up to 4 slices
+	loan blockdev.Loan
+	iov  [][]byte
+	lent [4][]byte // iov's backing for up to 4 slices
+	// A write whose data is a slice of the connection's read buffer
+	// (readH2CData): it runs inline, before the reader reads again.
+	inBuf     bool
 	closeConn bool
 	lat       *nsLat  // the latency average of its namespace (reads, writes)
 	rd        rdmaReq // NVMe/RDMA: keyed SGL and data buffer (rdma_conn.go)
@@ -137,6 +140,7 @@ var newWatch = time.AfterFunc
 // 4 KiB, in nanoseconds.
 type nsLat struct {
 	nsid   uint32
+	mem    bool // the namespace's device is held in memory (blockdev.Lender) when first seen
 	avg    atomic.Int64
 	perBlk atomic.Int64
 }
@@ -219,6 +223,7 @@ type conn struct {
 	stopped  bool   // teardown began: no more take-overs
 	watch    *time.Timer
 	stalled  atomic.Int32   // inline commands that outlived stallAfter, still running
+	bufData  bool           // the batch has writes whose data is in the read buffer (never handed over)
 	execWG   sync.WaitGroup // those commands (teardown waits for them)
 	lat      []*nsLat
 

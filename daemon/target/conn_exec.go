@@ -3,6 +3,7 @@ package target
 import (
 	"time"
 
+	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
 )
 
@@ -92,7 +93,7 @@ func (c *conn) dispatch(r *request) {
 	}
 	if op := r.sqe.Opcode; op == nvme.CmdRead || op == nvme.CmdWrite {
 		r.lat = c.latOf(r.sqe.NSID)
-		if r.lat != nil && c.stalled.Load() == 0 && r.lat.fast() {
+		if r.inBuf || (r.lat != nil && c.stalled.Load() == 0 && r.lat.fast()) {
 			c.batch = append(c.batch, r)
 			return
 		}
@@ -117,6 +118,9 @@ func (c *conn) latOf(nsid uint32) *nsLat {
 		return nil
 	}
 	l := &nsLat{nsid: nsid}
+	if ns := c.ctrl.namespace(nsid); ns != nil {
+		_, l.mem = ns.dev.(blockdev.Lender)
+	}
 	c.lat = append(c.lat, l)
 	return l
 }
@@ -126,6 +130,7 @@ func (c *conn) latOf(nsid uint32) *nsLat {
 // lost its role while it executed one.
 func (c *conn) runBatch(gen uint64) bool {
 	if len(c.batch) == 0 {
+		c.bufData = false // a write whose data digest failed is not in it
 		return true
 	}
 	// The timer is started and stored under c.emu: it may fire before the
@@ -152,7 +157,7 @@ func (c *conn) runBatch(gen uint64) bool {
 			return false
 		}
 		if c.bi == len(c.batch) {
-			c.inBatch = false
+			c.inBatch, c.bufData = false, false
 			c.batch, c.bi = c.batch[:0], 0
 			c.emu.Unlock()
 			break
@@ -185,7 +190,10 @@ func (c *conn) onWatch() {
 	if !c.inBatch || c.stopped {
 		return
 	}
-	if c.execSeq != c.watchSeq {
+	if c.execSeq != c.watchSeq || c.bufData {
+		// progress; or writes of the batch hold data in the read
+		// buffer, which a new reader would overwrite: a memory
+		// namespace's command only waits for the CPU
 		c.watchSeq = c.execSeq
 		c.watch.Reset(stallAfter)
 		return

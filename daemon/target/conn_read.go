@@ -140,6 +140,30 @@ func (c *conn) readCapsule(h nvme.Header, hb []byte, dataLen int) error {
 	return nil
 }
 
+// dataInBuffer reports whether the H2CData PDU p, of dataLen bytes, may
+// be used where it lies in the read buffer instead of being copied to the
+// request's buffer: it is the whole data of a write to a memory
+// namespace (whose commands only wait for the CPU) that will run inline,
+// it is all buffered (with its digest), and the watchdog's take-over is
+// not under way. Such a write runs before the reader reads again (the
+// batch runs once no whole PDU is buffered), and its batch is never
+// handed to the workers (onWatch), so the buffer is not overwritten
+// while the device reads it.
+func (c *conn) dataInBuffer(r *request, p nvme.DataPDU, dataLen int) bool {
+	if p.Offset != 0 || p.Length != r.want || r.sqe.Opcode != nvme.CmdWrite || c.qid == 0 || c.work == nil || c.rd != nil {
+		return false
+	}
+	need := dataLen
+	if c.digest&nvme.DigestData != 0 {
+		need += nvme.DigestLen
+	}
+	if c.br.Buffered() < need || c.stalled.Load() != 0 {
+		return false
+	}
+	l := c.latOf(r.sqe.NSID)
+	return l != nil && l.mem && l.fast()
+}
+
 func (c *conn) readH2CData(h nvme.Header, hb []byte, dataLen int) error {
 	p, err := nvme.ParseDataPDU(hb)
 	if err != nil {
@@ -164,9 +188,22 @@ func (c *conn) readH2CData(h nvme.Header, hb []byte, dataLen int) error {
 	if p.Offset != r.rcvd || uint64(p.Offset)+uint64(p.Length) > uint64(r.want) || dataLen == 0 {
 		return c.terminate(nvme.FESDataOutOfRange, 12, hb, fmt.Sprintf("H2CData offset %d length %d, expected offset %d of %d", p.Offset, p.Length, r.rcvd, r.want))
 	}
-	dst := r.data[p.Offset : p.Offset+p.Length]
-	if err := c.readData(dst); err != nil {
-		return err
+	var dst []byte
+	if c.dataInBuffer(r, p, dataLen) {
+		// the whole transfer is buffered and the write runs inline
+		// before the next read: it writes from the read buffer
+		dst, _ = c.br.Peek(dataLen)
+		_, _ = c.br.Discard(dataLen)
+		c.t.pools.put(r.buf)
+		r.buf, r.data, r.inBuf = nil, dst, true
+		c.emu.Lock()
+		c.bufData = true
+		c.emu.Unlock()
+	} else {
+		dst = r.data[p.Offset : p.Offset+p.Length]
+		if err := c.readData(dst); err != nil {
+			return err
+		}
 	}
 	if c.digest&nvme.DigestData != 0 {
 		if err := c.readFull(c.scratch[:]); err != nil {
