@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 	"tier0/daemon/nvme"
 )
 
@@ -164,8 +165,7 @@ func TestIdentifyAdvertisesCQT(t *testing.T) {
 // against the device after the host (which waits KATO + CQT) resubmitted
 // them elsewhere; and the host's new I/O queue waits for the held one.
 func TestKeepAliveTimeoutDropsQueuedCommands(t *testing.T) {
-	clk := &fakeClock{}
-	clk.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	mem := blockdev.NewMem(testSize, testBS)
 	dev := newHoldFirstWrite(mem)
 	t.Cleanup(dev.release)

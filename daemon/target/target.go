@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"tier0/daemon/clock"
 )
 
 // Sentinel errors of the runtime API.
@@ -22,13 +24,6 @@ var (
 	// ErrClosed: the target was closed.
 	ErrClosed = errors.New("target closed")
 )
-
-// Clock supplies the time for keep-alive accounting. Tests inject a fake.
-type Clock interface{ Now() time.Time }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
 
 // Defaults.
 const (
@@ -110,8 +105,11 @@ type Config struct {
 	CommandQuiesceTime time.Duration
 	// Logger receives the target's logs (default: discard).
 	Logger *slog.Logger
-	// Clock is the time source for keep-alive (default: wall clock).
-	Clock Clock
+	// Clock is the target's time for keep-alive accounting and log rate
+	// limits (default clock.Real; tests inject a clock.Fake). Socket and
+	// RDMA deadlines, the command-quiesce wait, latency figures and
+	// accept pauses bound real I/O and stay on the wall clock.
+	Clock clock.Clock
 }
 
 // Target is an NVMe/TCP target. Its methods are safe for concurrent use.
@@ -198,11 +196,9 @@ func New(cfg Config) (*Target, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
+	cfg.Clock = clock.Or(cfg.Clock)
 	t := &Target{
-		cfg: cfg, log: cfg.Logger, rl: newRateLimiter(time.Second), mdts: mdts, pools: newBufPools(cfg.MaxDataTransfer),
+		cfg: cfg, log: cfg.Logger, rl: newRateLimiter(cfg.Clock, time.Second), mdts: mdts, pools: newBufPools(cfg.MaxDataTransfer),
 		subsys: map[string]*subsystem{}, ctrls: map[uint16]*controller{}, nextCntl: cfg.CntlIDBase,
 		conns: map[*conn]struct{}{}, advertise: cfg.Advertise, stopKA: make(chan struct{}),
 	}
@@ -421,14 +417,15 @@ func (t *Target) allocCntlID() (uint16, bool) {
 // rateLimiter lets one log line per key through per interval and counts
 // the suppressed ones.
 type rateLimiter struct {
+	clk   clock.Clock
 	mu    sync.Mutex
 	every time.Duration
 	last  map[string]time.Time
 	supp  map[string]int
 }
 
-func newRateLimiter(every time.Duration) *rateLimiter {
-	return &rateLimiter{every: every, last: map[string]time.Time{}, supp: map[string]int{}}
+func newRateLimiter(clk clock.Clock, every time.Duration) *rateLimiter {
+	return &rateLimiter{clk: clk, every: every, last: map[string]time.Time{}, supp: map[string]int{}}
 }
 
 // allow reports whether a line for key may be logged now, and how many
@@ -436,7 +433,7 @@ func newRateLimiter(every time.Duration) *rateLimiter {
 func (r *rateLimiter) allow(key string) (bool, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.clk.Now()
 	if now.Sub(r.last[key]) < r.every {
 		r.supp[key]++
 		return false, 0

@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 	"tier0/daemon/nvme"
 )
 
@@ -317,15 +317,8 @@ func randBytes(t testing.TB, n int) []byte {
 	return b
 }
 
-// fakeClock is a settable Clock.
-type fakeClock struct{ ns atomic.Int64 }
-
-func (f *fakeClock) Now() time.Time          { return time.Unix(0, f.ns.Load()) }
-func (f *fakeClock) Advance(d time.Duration) { f.ns.Add(int64(d)) }
-
 func TestKeepAliveTimeoutTearsDownController(t *testing.T) {
-	clk := &fakeClock{}
-	clk.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	tg, addr := newTarget(t, Config{Clock: clk, KeepAliveSweep: 5 * time.Millisecond}, nil)
 	// Controller 1 keeps alive, controller 2 falls silent.
 	alive := dialRaw(t, addr, 0)
@@ -1084,7 +1077,7 @@ func TestControllerRegistersAndFeatures(t *testing.T) {
 }
 
 func TestRateLimiter(t *testing.T) {
-	r := newRateLimiter(time.Hour)
+	r := newRateLimiter(clock.Real, time.Hour)
 	if ok, _ := r.allow("a"); !ok {
 		t.Fatal("first line suppressed")
 	}

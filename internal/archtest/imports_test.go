@@ -34,7 +34,7 @@ var allowed = map[string][]string{
 	// The data path meets only through blockdev.Device.
 	"daemon/blockdev/local":        {"daemon/blockdev"},
 	"daemon/blockdev/blockdevtest": {"daemon/blockdev"},
-	"daemon/target":                {"daemon/blockdev", "daemon/nvme", "daemon/rdma"},
+	"daemon/target":                {"daemon/blockdev", "daemon/clock", "daemon/nvme", "daemon/rdma"},
 	"daemon/host":                  {"daemon/blockdev", "daemon/nvme"},
 	"daemon/rdma":                  {"daemon/blockdev", "daemon/nvme"},
 	"daemon/raid":                  {"daemon/blockdev"},
