@@ -12,6 +12,8 @@ import (
 var (
 	crashLoss      = flag.Bool("raid.crashloss", false, "run TestModelCrashWithMemberLoss (open finding; see docs/RELIABILITY.md)")
 	crashLossSeeds = flag.Int("raid.crashloss.seeds", 20, "seeds per configuration in TestModelCrashWithMemberLoss")
+	crashLossTrace = flag.Bool("raid.crashloss.trace", false, "debug: trace the engine (debugf) in TestModelCrashWithMemberLoss")
+	crashLossIdle  = flag.Bool("raid.crashloss.idle", false, "debug: TestModelCrashWithMemberLoss waits for background work before a crash with loss")
 )
 
 // crashWithLoss: owner crash (members keep a random subset of unflushed
@@ -22,7 +24,11 @@ func (s *sim) crashWithLoss(held map[int]bool) {
 	if red <= 0 {
 		return
 	}
+	if *crashLossIdle {
+		s.a.WaitIdle()
+	}
 	st := s.a.Status()
+	s.logf("crash with loss: task %q dirty %d", st.Task, st.Dirty)
 	s.a.Abort()
 	for r := range s.mems {
 		s.faults[r].ClearRules()
@@ -89,6 +95,10 @@ func TestModelCrashWithMemberLoss(t *testing.T) {
 		for k := 0; k < *crashLossSeeds; k++ {
 			seed := int64(7000 + 100*k + ci)
 			t.Run(fmt.Sprintf("%s-%d/seed=%d", c.level, c.n, seed), func(t *testing.T) {
+				if *crashLossTrace {
+					debugf = t.Logf
+					defer func() { debugf = nil }()
+				}
 				s := newSim(t, c.level, c.n, 768<<10, seed)
 				held := map[int]bool{}
 				for i := 0; i < 150; i++ {

@@ -12,8 +12,9 @@ import (
 )
 
 var (
-	longModel  = flag.Bool("raid.long", false, "run the randomized model test ladder up to its large sizes")
-	modelSeeds = flag.Int("raid.seeds", 1, "seeds per configuration and rung in TestModel")
+	longModel     = flag.Bool("raid.long", false, "run the randomized model test ladder up to its large sizes")
+	modelSeeds    = flag.Int("raid.seeds", 1, "seeds per configuration and rung in TestModel")
+	modelLogLines = flag.Int("raid.loglines", 30, "steps of the sim's log printed on a failure")
 )
 
 // sim drives an array with random I/O, member failures and returns, and
@@ -39,7 +40,7 @@ type sim struct {
 
 func (s *sim) logf(format string, args ...any) {
 	s.log = append(s.log, fmt.Sprintf(format, args...))
-	if len(s.log) > 30 {
+	if len(s.log) > *modelLogLines {
 		s.log = s.log[1:]
 	}
 }
