@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 )
 
 const stripeLocks = 4096
@@ -25,7 +26,7 @@ type Array struct {
 	uuid  [16]byte
 	pol   Policy
 	log   *slog.Logger
-	clock Clock
+	clock clock.Clock
 	coder *coder
 	logOn bool
 
@@ -71,9 +72,7 @@ func (p *Policy) defaults() {
 	if p.Logger == nil {
 		p.Logger = slog.Default()
 	}
-	if p.Clock == nil {
-		p.Clock = wallClock{}
-	}
+	p.Clock = clock.Or(p.Clock)
 	if p.ProgressEvery == 0 {
 		p.ProgressEvery = time.Second
 	}

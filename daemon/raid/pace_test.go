@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 )
 
 // queueDev serves one data-area request at a time, taking time in
@@ -41,9 +42,11 @@ func (d *queueDev) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // sleepClock is the wall clock, adding up its sleeps.
-type sleepClock struct{ slept atomic.Int64 }
+type sleepClock struct {
+	clock.Clock
+	slept atomic.Int64
+}
 
-func (c *sleepClock) Now() time.Time { return time.Now() }
 func (c *sleepClock) Sleep(d time.Duration) {
 	c.slept.Add(int64(d))
 	time.Sleep(d)
@@ -61,7 +64,7 @@ func TestRebuildPacedByForegroundLatency(t *testing.T) {
 		for i := range ds {
 			ds[i] = &queueDev{Device: ms[i], perByte: 100 * time.Nanosecond, fixed: time.Millisecond}
 		}
-		clk := &sleepClock{}
+		clk := &sleepClock{Clock: clock.Real}
 		cfg := testCfg(RAID5, nil)
 		cfg.Adaptive = true
 		cfg.Clock = clk

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 )
 
 // Level is a RAID level.
@@ -145,9 +146,12 @@ type Policy struct {
 	// Default 1 s.
 	ProgressEvery time.Duration
 	// Logger, Clock and Listener are injected; nil means slog.Default(),
-	// the wall clock and no listener.
+	// clock.Real and no listener. The Clock times events, progress,
+	// pacing and scrubs; the member I/O timeouts, hedges and latency
+	// figures of the data path bound real I/O and stay on the wall clock
+	// (no interface call or allocation per request).
 	Logger   *slog.Logger
-	Clock    Clock
+	Clock    clock.Clock
 	Listener EventListener
 }
 
@@ -161,17 +165,6 @@ type AssembleOptions struct {
 	Epoch uint64
 	Policy
 }
-
-// Clock is the injected time source.
-type Clock interface {
-	Now() time.Time
-	Sleep(d time.Duration)
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time        { return time.Now() }
-func (wallClock) Sleep(d time.Duration) { time.Sleep(d) }
 
 // Geometry is the shape of an array.
 type Geometry struct {

@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"daemon/target":                {"daemon/blockdev", "daemon/clock", "daemon/nvme", "daemon/rdma"},
 	"daemon/host":                  {"daemon/blockdev", "daemon/nvme"},
 	"daemon/rdma":                  {"daemon/blockdev", "daemon/nvme"},
-	"daemon/raid":                  {"daemon/blockdev"},
+	"daemon/raid":                  {"daemon/blockdev", "daemon/clock"},
 	// The control plane.
 	"daemon/store":       {"daemon/config", "daemon/cluster", "daemon/clock"},
 	"daemon/api":         {"daemon/config", "daemon/cluster", "daemon/store", "daemon/raid"},
