@@ -143,7 +143,7 @@ func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &assoc{admin: admin, dead: make(chan struct{}), now: o.Now}
+	a := &assoc{admin: admin, dead: make(chan struct{}), now: o.Clock.Now}
 	fail := func(err error) (*assoc, error) {
 		a.fail(err)
 		return nil, err
@@ -507,14 +507,14 @@ func quiesceTime(o *Options, cqt uint16) time.Duration {
 // anything on the controller: quiesce after its loss. It returns errClosed
 // when the controller (or cancel) closes first.
 func (c *Controller) waitQuiesced(a *assoc, cancel <-chan struct{}) error {
-	left := a.lostAt.Add(a.quiesce).Sub(c.opts.Now())
+	left := a.lostAt.Add(a.quiesce).Sub(c.opts.Clock.Now())
 	if left <= 0 {
 		return nil
 	}
 	c.log.Info("holding the writes of a lost association until the controller has quiesced it (KATO + CQT)",
 		"cntlid", a.cntlid, "wait", left, "quiesce", a.quiesce, "cqt_ms", a.id.CQT)
 	select {
-	case <-c.opts.After(left):
+	case <-c.opts.Clock.After(left):
 		return nil
 	case <-c.closeCh:
 		return errClosed

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 	"tier0/daemon/nvme"
 )
 
@@ -14,13 +15,14 @@ import (
 // still, After reports the duration asked for and fires only when the test
 // says so.
 type quiesceClock struct {
-	now   time.Time
-	asked chan time.Duration
-	fire  chan time.Time
+	clock.Clock // the rest: the wall clock
+	now         time.Time
+	asked       chan time.Duration
+	fire        chan time.Time
 }
 
 func newQuiesceClock() *quiesceClock {
-	return &quiesceClock{now: time.Unix(1e9, 0), asked: make(chan time.Duration, 16), fire: make(chan time.Time)}
+	return &quiesceClock{Clock: clock.Real, now: time.Unix(1e9, 0), asked: make(chan time.Duration, 16), fire: make(chan time.Time)}
 }
 
 func (q *quiesceClock) Now() time.Time { return q.now }
@@ -59,7 +61,7 @@ func TestWriteResubmittedOnlyAfterQuiesce(t *testing.T) {
 			f.stalled = make(chan uint8, 4)
 			clk := newQuiesceClock()
 			o := testOpts() // KATO 2 s
-			o.Now, o.After = clk.Now, clk.After
+			o.Clock = clk
 			c, ns := dialNS(t, f, o)
 			f.stall.Store(true)
 			w := pat(9, 4096)
@@ -118,7 +120,7 @@ func TestMultipathWriteWaitsQuiesceBeforeOtherPath(t *testing.T) {
 	f2.setANA(nvme.ANANonOptimized) // the write goes to f1 first
 	clk := newQuiesceClock()
 	o1 := testOpts()
-	o1.Now, o1.After = clk.Now, clk.After
+	o1.Clock = clk
 	mp, err := NewMultipath([]PathSpec{{Addr: f1.addr(), Options: o1}, {Addr: f2.addr(), Options: testOpts()}}, MPOptions{HoldTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +222,7 @@ func TestFailFastWriteFailsAtOnce(t *testing.T) {
 	f.stalled = make(chan uint8, 4)
 	clk := newQuiesceClock()
 	o := testOpts() // KATO 2 s
-	o.Now, o.After = clk.Now, clk.After
+	o.Clock = clk
 	o.FailFast = true
 	o.CtrlLossTimeout = time.Hour
 	o.ReconnectDelay = 300 * time.Millisecond // the write gives up before the reconnect begins

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/clock"
 	"tier0/daemon/nvme"
 )
 
@@ -30,9 +31,8 @@ type MPOptions struct {
 	HoldTimeout time.Duration
 	// Logger (default: discard).
 	Logger *slog.Logger
-	// Clock for the hold timeout (default time.Now / time.After).
-	Now   func() time.Time
-	After func(time.Duration) <-chan time.Time
+	// Clock for the hold timeout (default clock.Real).
+	Clock clock.Clock
 }
 
 // PathState describes one path.
@@ -98,12 +98,7 @@ func NewMultipath(paths []PathSpec, opts MPOptions) (*Multipath, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.After == nil {
-		opts.After = time.After
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	m := &Multipath{opts: opts, log: opts.Logger, changed: make(chan struct{}), closeCh: make(chan struct{})}
 	var errs []error
 	for _, p := range paths {
@@ -266,7 +261,7 @@ func (m *Multipath) do(f func(ns *Namespace) error) error {
 			}
 		}
 		// no usable path: hold
-		now := m.opts.Now()
+		now := m.opts.Clock.Now()
 		if deadline.IsZero() {
 			if m.opts.HoldTimeout < 0 {
 				return m.noPath(last)
@@ -281,7 +276,7 @@ func (m *Multipath) do(f func(ns *Namespace) error) error {
 		// event we see (a reconnect's first ANA read)
 		select {
 		case <-changed:
-		case <-m.opts.After(min(wait, 250*time.Millisecond)):
+		case <-m.opts.Clock.After(min(wait, 250*time.Millisecond)):
 		case <-m.closeCh:
 		}
 		avoid = 0

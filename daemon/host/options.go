@@ -6,6 +6,8 @@ import (
 	"net"
 	"runtime"
 	"time"
+
+	"tier0/daemon/clock"
 )
 
 // Options configure a controller connection. Zero values take the defaults
@@ -63,11 +65,11 @@ type Options struct {
 	// asynchronous event, after the host handled it itself (e.g. re-read the
 	// ANA log).
 	OnAEN func(AEN)
-	// Now and After are the clock of the command quiesce wait (see
-	// docs/FABRIC.md, "Command lifetime"); default time.Now and
-	// time.After. Tests inject a fake.
-	Now   func() time.Time
-	After func(time.Duration) <-chan time.Time
+	// Clock is the time of the command quiesce wait (see docs/FABRIC.md,
+	// "Command lifetime"); default clock.Real. Tests inject a fake. The
+	// reconnect backoff, keep-alive, I/O timeouts and the loss timeout
+	// still read the wall clock (a known limit, docs/ARCHITECTURE.md).
+	Clock clock.Clock
 }
 
 func (o *Options) setDefaults() {
@@ -111,10 +113,5 @@ func (o *Options) setDefaults() {
 		d := &net.Dialer{}
 		o.Dialer = d.DialContext
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.After == nil {
-		o.After = time.After
-	}
+	o.Clock = clock.Or(o.Clock)
 }

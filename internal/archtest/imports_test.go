@@ -35,7 +35,7 @@ var allowed = map[string][]string{
 	"daemon/blockdev/local":        {"daemon/blockdev"},
 	"daemon/blockdev/blockdevtest": {"daemon/blockdev"},
 	"daemon/target":                {"daemon/blockdev", "daemon/clock", "daemon/nvme", "daemon/rdma"},
-	"daemon/host":                  {"daemon/blockdev", "daemon/nvme"},
+	"daemon/host":                  {"daemon/blockdev", "daemon/clock", "daemon/nvme"},
 	"daemon/rdma":                  {"daemon/blockdev", "daemon/nvme"},
 	"daemon/raid":                  {"daemon/blockdev", "daemon/clock"},
 	// The control plane.
