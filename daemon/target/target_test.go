@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"tier0/daemon/blockdev"
+	"tier0/daemon/blockdev/blockdevtest"
 	"tier0/daemon/clock"
 	"tier0/daemon/nvme"
 )
@@ -34,6 +35,11 @@ func testLogger(t testing.TB) *slog.Logger {
 // namespace backed by dev (a fresh Mem when nil).
 func newTarget(t testing.TB, cfg Config, dev blockdev.Device) (*Target, string) {
 	t.Helper()
+	if tt, ok := t.(*testing.T); ok {
+		// first, so that its check runs after the target's Close and
+		// every connection's cleanup: nothing of the target outlives it
+		blockdevtest.NoLeaks(tt)
+	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
