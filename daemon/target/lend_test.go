@@ -51,6 +51,8 @@ func TestReadsBorrowALendersMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := &lendCounter{Memory: mem}
+	lendReads = true
+	t.Cleanup(func() { lendReads = false })
 	_, addr := newTarget(t, Config{}, dev)
 	for _, digest := range []uint8{0, nvme.DigestHeader | nvme.DigestData} {
 		_, id := adminConnect(t, addr, digest, testHostNQN, testHostID)
