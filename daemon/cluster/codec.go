@@ -39,7 +39,7 @@ func init() {
 		"node-joined": NodeJoined{}, "heartbeat": Heartbeat{}, "lease-expired": LeaseExpired{},
 		"node-returned": NodeReturned{}, "self-lease-lost": SelfLeaseLost{},
 		"partition-suspected": PartitionSuspected{}, "partition-cleared": PartitionCleared{},
-		"array-defined": ArrayDefined{}, "fence-done": FenceDone{}, "fence-failed": FenceFailed{},
+		"array-defined": ArrayDefined{}, "array-removed": ArrayRemoved{}, "fence-done": FenceDone{}, "fence-failed": FenceFailed{},
 		"ownership-acquired": OwnershipAcquired{}, "ownership-lost": OwnershipLost{},
 		"array-assembled": ArrayAssembled{}, "assemble-failed": AssembleFailed{}, "released": Released{},
 		"resync-done": ResyncDone{}, "rebuild-progress": RebuildProgress{}, "rebuild-done": RebuildDone{},

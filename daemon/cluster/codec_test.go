@@ -25,6 +25,7 @@ var sampleEvents = []Event{
 	Heartbeat{Node: "A"}, LeaseExpired{Node: "A"}, NodeReturned{Node: "A", Started: 1764633600123456789, Fences: 2}, SelfLeaseLost{Node: "A"},
 	PartitionSuspected{Node: "A"}, PartitionCleared{Node: "A"},
 	ArrayDefined{Name: "a", Level: RAID6, Home: "A", Members: []MemberSpec{{Drive: "B1", Node: "B"}}, Failback: FailbackManual},
+	ArrayRemoved{Name: "a"},
 	FenceDone{Array: "a", Node: "A", Epoch: 3}, FenceFailed{Array: "a", Node: "A", Epoch: 3, Reason: "x"},
 	OwnershipAcquired{Array: "a", Node: "A", Epoch: 3}, OwnershipLost{Array: "a", Node: "A", Epoch: 3, Winner: "B", WinnerEpoch: 3},
 	ArrayAssembled{Array: "a", Node: "A", Epoch: 3}, AssembleFailed{Array: "a", Node: "A", Epoch: 3, Reason: "y"},

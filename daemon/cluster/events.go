@@ -61,6 +61,12 @@ type ArrayDefined struct {
 	Failback FailbackPolicy // empty = Config.Failback
 }
 
+// ArrayRemoved: an array deleted from the desired state (tier0 array
+// delete). The machine forgets it: nothing more is decided for it, and
+// later reports about it are refused as for an unknown array. The nodes
+// stop serving it on their own (they watch the desired state).
+type ArrayRemoved struct{ Name string }
+
 // FenceDone: Node won the ownership CAS at Epoch and preempted the old
 // owner's reservations on every reachable member.
 type FenceDone struct {
@@ -201,6 +207,7 @@ func (SelfLeaseLost) isEvent()      {}
 func (PartitionSuspected) isEvent() {}
 func (PartitionCleared) isEvent()   {}
 func (ArrayDefined) isEvent()       {}
+func (ArrayRemoved) isEvent()       {}
 func (FenceDone) isEvent()          {}
 func (FenceFailed) isEvent()        {}
 func (OwnershipAcquired) isEvent()  {}

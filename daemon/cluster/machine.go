@@ -160,7 +160,7 @@ func (m *Machine) step(ev Event) error {
 		return m.stepRepair(ev) // repair.go
 	case DrainRequested, UndrainRequested, FailbackRequested:
 		return m.stepOperator(ev) // operator.go
-	case ArrayDefined, ArrayObserved:
+	case ArrayDefined, ArrayRemoved, ArrayObserved:
 		return m.stepRecord(ev) // records.go
 	}
 	return badEvent(ev)

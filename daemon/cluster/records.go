@@ -6,12 +6,19 @@ import (
 )
 
 // stepRecord applies what the store records about an array: its
-// definition in the desired state (ArrayDefined), and what was last
+// definition in the desired state (ArrayDefined, ArrayRemoved), and what was last
 // observed of it, for a machine rebuilt from the store (ArrayObserved).
 func (m *Machine) stepRecord(ev Event) error {
 	switch e := ev.(type) {
 	case ArrayDefined:
 		return m.define(e)
+	case ArrayRemoved:
+		if _, err := m.array(e.Name); err != nil {
+			return err
+		}
+		delete(m.arrays, e.Name)
+		m.arrayOrder = slices.DeleteFunc(m.arrayOrder, func(n string) bool { return n == e.Name })
+		return nil
 	case ArrayObserved:
 		return m.observed(e)
 	}
