@@ -31,6 +31,7 @@ const maxSpareChunks = 64
 // last loan is returned (then it becomes the spare for the next copy).
 type Memory struct {
 	mu        sync.RWMutex
+	data      []byte // the memory allocated at first; chunks not replaced lie in it
 	chunks    []*memChunk
 	size      int64
 	blockSize int
@@ -46,6 +47,7 @@ type Memory struct {
 // the table, so no new loan can take it).
 type memChunk struct {
 	b     []byte
+	home  bool // b is its place in Memory.data (never replaced)
 	state atomic.Int64
 }
 
@@ -72,9 +74,10 @@ func NewMemory(size int64, blockSize int) (*Memory, error) {
 	for i := 0; i < len(data); i += 4096 {
 		data[i] = 0
 	}
-	m := &Memory{size: size, blockSize: blockSize}
+	m := &Memory{data: data, size: size, blockSize: blockSize}
 	for off := 0; off < len(data); off += memChunkSize {
-		m.chunks = append(m.chunks, &memChunk{b: data[off:min(off+memChunkSize, len(data)):min(off+memChunkSize, len(data))]})
+		end := min(off+memChunkSize, len(data))
+		m.chunks = append(m.chunks, &memChunk{b: data[off:end:end], home: true})
 	}
 	m.loans.New = func() any { return &memLoan{m: m} }
 	return m, nil
@@ -112,7 +115,10 @@ func (m *Memory) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // LendAt implements blockdev.Lender: the chunks that hold the range are
-// lent as they are, without a copy.
+// lent as they are, without a copy; neighbours that still lie side by
+// side in the first allocation come as one slice (a writev of one 128 KiB
+// slice instead of two or three 64 KiB ones: with spdk_nvme_perf as the
+// client the split one served 128 KiB reads at a third of the bandwidth).
 func (m *Memory) LendAt(iov [][]byte, off, length int64) (blockdev.Loan, [][]byte, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -120,12 +126,23 @@ func (m *Memory) LendAt(iov [][]byte, off, length int64) (blockdev.Loan, [][]byt
 		return nil, iov, err
 	}
 	l := m.loans.Get().(*memLoan)
+	run := int64(-1) // start of the slice iov ends with, when it lies in m.data
 	for end := off + length; off < end; {
 		i, o := int(off/memChunkSize), int(off%memChunkSize)
 		c := m.chunks[i]
 		c.state.Add(2) // no write runs meanwhile (m.mu), so c stays in the table
 		b := c.b[o:min(len(c.b), o+int(end-off))]
-		iov = append(iov, b)
+		switch {
+		case c.home && run >= 0:
+			e := off + int64(len(b))
+			iov[len(iov)-1] = m.data[run:e:e]
+		case c.home:
+			run = off
+			iov = append(iov, b)
+		default:
+			run = -1
+			iov = append(iov, b)
+		}
 		l.cs = append(l.cs, c)
 		off += int64(len(b))
 	}
