@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand"
 	"sort"
 	"sync"
 
@@ -88,6 +89,25 @@ func (f *Fabric) FailDrive(name string, failed bool) {
 		d.failed = failed
 	}
 	f.mu.Unlock()
+}
+
+// PowerCut drops what node's drives hold in their volatile caches: each
+// block written since the last flush, not FUA, keeps its durable content
+// or one of the versions written since, drawn from seed.
+func (f *Fabric) PowerCut(name string, seed int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := make([]string, 0, len(f.drives))
+	for dn, d := range f.drives {
+		if d.node == name {
+			names = append(names, dn)
+		}
+	}
+	sort.Strings(names)
+	r := mrand.New(mrand.NewSource(seed))
+	for _, dn := range names {
+		f.drives[dn].mem.CrashRandom(r)
+	}
 }
 
 // Violations are the reservation invariant's breaks so far.
@@ -180,7 +200,15 @@ func (m *member) WriteAt(p []byte, off int64) (int, error) {
 	return m.d.mem.WriteAt(p, off)
 }
 
-func (m *member) WriteAtFUA(p []byte, off int64) (int, error) { return m.WriteAt(p, off) }
+// WriteAtFUA is durable at once: a power cut (Fabric.PowerCut) keeps it.
+func (m *member) WriteAtFUA(p []byte, off int64) (int, error) {
+	m.f.mu.Lock()
+	defer m.f.mu.Unlock()
+	if err := m.writable("write"); err != nil {
+		return 0, err
+	}
+	return m.d.mem.WriteAtFUA(p, off)
+}
 
 func (m *member) Flush() error {
 	m.f.mu.Lock()

@@ -38,6 +38,9 @@ type Options struct {
 	// issue 12, hole 1). It sets a process-wide knob: runs with Legacy
 	// must not overlap with others.
 	Legacy bool
+	// Power draws power cuts of drive nodes too (kind power; open
+	// findings, docs/RELIABILITY.md known problem 8).
+	Power bool
 	// Logger for the nodes (default: discard).
 	Logger *slog.Logger
 }
@@ -208,7 +211,7 @@ func Run(o Options) (Result, error) {
 			return Result{}, err
 		}
 	} else {
-		sched = drawSchedule(w.rng, o.Ticks)
+		sched = drawSchedule(w.rng, o.Ticks, o.Power)
 	}
 	if o.Legacy {
 		node.SetLegacyStaleRepair(true)
