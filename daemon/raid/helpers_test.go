@@ -148,3 +148,22 @@ func expectEqual(t testing.TB, what string, got, want []byte) {
 		t.Fatalf("%s: differs from the expected data at byte %d of %d", what, i, len(want))
 	}
 }
+
+// flushedArray creates an array over n memory members of 384 KiB with cfg,
+// writes 8 stripes of random data from rng and flushes them: the durable
+// starting point of the power-cut tests. It returns the array, its members
+// and the data written.
+func flushedArray(t *testing.T, rng *rand.Rand, n int, cfg Config) (*Array, []*blockdev.Mem, []byte) {
+	t.Helper()
+	ms := newMems(n, 384<<10)
+	a, err := Create(devs(ms), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := randBuf(rng, int(8*a.Geometry().StripeSize))
+	mustWrite(t, a, 0, model)
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return a, ms, model
+}

@@ -253,17 +253,8 @@ func TestRAID6TornFullStripeSettledAfterCrashWithLoss(t *testing.T) {
 // stripe's partial).
 func TestReAddLogWipeDurableBeforeCrash(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
-	ms := newMems(4, 384<<10)
-	a, err := Create(devs(ms), testCfg(RAID5, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, ms, model := flushedArray(t, rng, 4, testCfg(RAID5, nil))
 	g := a.Geometry()
-	model := randBuf(rng, int(8*g.StripeSize))
-	mustWrite(t, a, 0, model)
-	if err := a.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	const s = 2
 	x := a.parityRole(s, 0)
 	t2 := int64(-1) // a stripe with a data chunk on x
@@ -341,17 +332,8 @@ func TestReAddLogWipeDurableBeforeCrash(t *testing.T) {
 // whose partial covers unflushed bytes).
 func TestHealthyStripeRewrittenWithinFlushIntervalLostAtCrash(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
-	ms := newMems(4, 384<<10)
-	a, err := Create(devs(ms), testCfg(RAID5, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, ms, model := flushedArray(t, rng, 4, testCfg(RAID5, nil))
 	g := a.Geometry()
-	model := randBuf(rng, int(8*g.StripeSize))
-	mustWrite(t, a, 0, model)
-	if err := a.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	const s = 3
 	base := s * g.StripeSize
 	// Rows [0, 4 KiB) of chunk 0, then of chunk 1, no flush between.

@@ -15,19 +15,10 @@ import (
 func writeHoleCase(t *testing.T, level Level, n int, logOn bool, landed func(role int) bool) string {
 	t.Helper()
 	rng := rand.New(rand.NewSource(42))
-	ms := newMems(n, 384<<10)
 	cfg := testCfg(level, nil)
 	cfg.DisableLog = !logOn
-	a, err := Create(devs(ms), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, ms, model := flushedArray(t, rng, n, cfg)
 	g := a.Geometry()
-	model := randBuf(rng, int(8*g.StripeSize))
-	mustWrite(t, a, 0, model)
-	if err := a.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	const s = 5
 	// Degrade: lose the member holding the last data chunk of stripe s
 	// (an untouched chunk that then exists only as parity).
