@@ -65,7 +65,9 @@ dev=
 for i in $(seq 1 100); do
     for b in /sys/block/nvme*; do
         [ -e "$b" ] || continue
-        [ "$(cat $b/device/subsysnqn 2>/dev/null || cat $b/device/../subsysnqn 2>/dev/null)" = $NQN ] && dev=/dev/$(basename $b)
+        # the namespace's node and capacity come after its sysfs entry
+        [ "$(cat $b/device/subsysnqn 2>/dev/null || cat $b/device/../subsysnqn 2>/dev/null)" = $NQN ] &&
+            [ -b /dev/$(basename $b) ] && [ "$(cat $b/size 2>/dev/null || echo 0)" -gt 0 ] && dev=/dev/$(basename $b)
     done
     [ -n "$dev" ] && break
     sleep 0.1
