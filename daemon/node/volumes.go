@@ -149,7 +149,7 @@ func (n *Node) volumesStore() *store.Volumes {
 	if n.st == nil {
 		return nil
 	}
-	return store.NewVolumes(n.st.Client(), n.key())
+	return store.NewVolumes(n.st.Client(), n.key(), n.clk())
 }
 
 // poolRecord reads an array's volume table at frontend start: with a

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"tier0/daemon/clock"
 )
 
 // ErrExists: a record of that name is there already.
@@ -24,20 +26,17 @@ var ErrExists = errors.New("store: already exists")
 //
 // The site file's arrays are not here: they stay the bootstrap, read from
 // the file by every node.
-type DesiredArrays struct {
-	kv     clientv3.KV
-	w      clientv3.Watcher
-	prefix string
-	now    func() time.Time
+type DesiredArrays struct{ table }
+
+// NewDesiredArrays works on cli's keys under prefix (e.g.
+// "/tier0/<cluster>/"); clk stamps Created (nil: the wall clock).
+func NewDesiredArrays(cli *clientv3.Client, prefix string, clk clock.Clock) *DesiredArrays {
+	return &DesiredArrays{newTable(cli, prefix, clk)}
 }
 
-// NewDesiredArrays works on cli's keys under prefix (e.g. "/tier0/<cluster>/").
-func NewDesiredArrays(cli *clientv3.Client, prefix string) *DesiredArrays {
-	if !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
-	return &DesiredArrays{kv: cli.KV, w: cli.Watcher, prefix: prefix, now: time.Now}
-}
+// DesiredArrays returns the store's online-array table, on the store's
+// clock (Options.Clock).
+func (s *Store) DesiredArrays() *DesiredArrays { return NewDesiredArrays(s.cli, s.prefix, s.clk) }
 
 // ArrayPhase is where an online array is in its life.
 type ArrayPhase string
@@ -80,7 +79,7 @@ func (da *DesiredArrays) Create(ctx context.Context, a DesiredArray) (DesiredArr
 	}
 	a.Phase = ArrayActive
 	if a.Created.IsZero() {
-		a.Created = da.now().UTC()
+		a.Created = da.clk.Now().UTC()
 	}
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -196,27 +195,10 @@ func (da *DesiredArrays) Remove(ctx context.Context, name string) error {
 // rev (0: now); the receiver re-reads List. The channel closes when ctx
 // ends or the watch breaks.
 func (da *DesiredArrays) Watch(ctx context.Context, rev int64) <-chan int64 {
-	out := make(chan int64, 1)
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	wc := da.w.Watch(clientv3.WithRequireLeader(ctx), da.prefix+"desired/arrays/", opts...)
-	go func() {
-		defer close(out)
-		for wr := range wc {
-			if len(wr.Events) == 0 {
-				continue
-			}
-			r := wr.Events[len(wr.Events)-1].Kv.ModRevision
-			select {
-			case out <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
+	o := WatchOptions{Rev: rev, Buffer: 1, LastOnly: true}
+	return WatchPrefix(ctx, da.w, da.prefix+"desired/arrays/", o, func(ev *clientv3.Event) (int64, bool) {
+		return ev.Kv.ModRevision, true
+	})
 }
 
 // Drop removes a deleted online array's record together with its pool's
@@ -225,7 +207,7 @@ func (da *DesiredArrays) Watch(ctx context.Context, rev int64) <-chan int64 {
 // starts with none of them.
 func (da *DesiredArrays) Drop(ctx context.Context, name, subnqn string) error {
 	ops := []clientv3.Op{clientv3.OpDelete(da.key(name))}
-	vs := &Volumes{kv: da.kv, prefix: da.prefix}
+	vs := &Volumes{da.table}
 	p, err := vs.Pool(ctx, name)
 	if err != nil {
 		return err
@@ -251,7 +233,7 @@ func (da *DesiredArrays) Drop(ctx context.Context, name, subnqn string) error {
 // `tier0 array create --no-volume`. It fails with ErrExists when the pool
 // has a table already.
 func (da *DesiredArrays) InitPool(ctx context.Context, pool, subnqn string, capacity int64, bs int) error {
-	vs := &Volumes{kv: da.kv, prefix: da.prefix}
+	vs := &Volumes{da.table}
 	b, err := json.Marshal(Pool{Name: pool, Capacity: capacity, BlockSize: bs, SubNQN: subnqn, Volumes: []Volume{}})
 	if err != nil {
 		return err

@@ -3,6 +3,9 @@ package store
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"tier0/daemon/clock"
 )
 
 // TestDesiredArrays: a name is created once; a deleting array collects the
@@ -10,7 +13,7 @@ import (
 func TestDesiredArrays(t *testing.T) {
 	stores, _, _ := openCluster(t, 1)
 	ctx := ctxT(t)
-	da := NewDesiredArrays(stores[0].Client(), "/tier0/c/")
+	da := NewDesiredArrays(stores[0].Client(), "/tier0/c/", nil)
 	a := DesiredArray{Name: "p1", Level: "raid5", ChunkKiB: 128, Home: "A", Members: []string{"B9", "C9", "D9"}}
 	got, err := da.Create(ctx, a)
 	if err != nil || got.Phase != ArrayActive || got.Revision == 0 {
@@ -46,4 +49,47 @@ func TestDesiredArrays(t *testing.T) {
 	if err := da.MarkDone(ctx, "p1", "A", false); err != nil {
 		t.Fatalf("mark on a removed array: %v", err)
 	}
+}
+
+// TestTablesUseStoreClock: the records the store's tables create (an
+// online array, a volume, a released implicit volume) are stamped by the
+// store's Options.Clock, not the wall clock. The clock here runs ten years
+// behind the wall clock (a constant offset, so the store's leases are
+// unaffected).
+func TestTablesUseStoreClock(t *testing.T) {
+	const behind = 10 * 365 * 24 * time.Hour
+	ps, dir := peers(t, 1), t.TempDir()
+	o := options(ps, 0, dir)
+	o.Clock = nowClock{clock.Real, func() time.Time { return time.Now().Add(-behind) }}
+	s, err := Open(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := ctxT(t)
+	onClock := func(what string, at time.Time) {
+		t.Helper()
+		if time.Since(at) < behind-time.Hour {
+			t.Errorf("%s created at %v: want the store clock's time, about %v ago", what, at, behind)
+		}
+	}
+	a, err := s.DesiredArrays().Create(ctx, DesiredArray{Name: "p1", Level: "raid5", ChunkKiB: 128, Home: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onClock("online array", a.Created)
+	vs := s.Volumes()
+	p, err := vs.ReleaseImplicit(ctx, "a", testNQN, testPoolCap, testBS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onClock("implicit volume", p.Volumes[0].Created)
+	if _, err := vs.Removed(ctx, "a", "a", "n1", []string{"n1"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := vs.Create(ctx, "a", "v1", 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onClock("volume", v.Created)
 }

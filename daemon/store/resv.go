@@ -21,19 +21,12 @@ import (
 //
 //	resv/<subnqn>/<nsid>          the state
 //	resv-applied/<subnqn>/<nsid>  {"node": owner, "revision": R}
-type Reservations struct {
-	kv     clientv3.KV
-	w      clientv3.Watcher
-	prefix string
-}
+type Reservations struct{ table }
 
 // NewReservations works on cli's keys under prefix (the store's, e.g.
 // "/tier0/<cluster>/"). cli may be an in-memory store's client.
 func NewReservations(cli *clientv3.Client, prefix string) *Reservations {
-	if !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
-	return &Reservations{kv: cli.KV, w: cli.Watcher, prefix: prefix}
+	return &Reservations{newTable(cli, prefix, nil)}
 }
 
 // Reservations returns the store's reservation keys.

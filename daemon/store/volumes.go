@@ -13,6 +13,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"tier0/daemon/clock"
 )
 
 // Volumes keeps the desired volumes of the pools (arrays): one key per
@@ -27,20 +29,17 @@ import (
 //
 // A pool without a record serves its implicit volume: NSID 1 spanning the
 // whole array, as a site file without volumes always did.
-type Volumes struct {
-	kv     clientv3.KV
-	w      clientv3.Watcher
-	prefix string
-	now    func() time.Time
+type Volumes struct{ table }
+
+// NewVolumes works on cli's keys under prefix (e.g. "/tier0/<cluster>/");
+// clk stamps Created (nil: the wall clock).
+func NewVolumes(cli *clientv3.Client, prefix string, clk clock.Clock) *Volumes {
+	return &Volumes{newTable(cli, prefix, clk)}
 }
 
-// NewVolumes works on cli's keys under prefix (e.g. "/tier0/<cluster>/").
-func NewVolumes(cli *clientv3.Client, prefix string) *Volumes {
-	if !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
-	return &Volumes{kv: cli.KV, w: cli.Watcher, prefix: prefix, now: time.Now}
-}
+// Volumes returns the store's volume table, on the store's clock
+// (Options.Clock).
+func (s *Store) Volumes() *Volumes { return NewVolumes(s.cli, s.prefix, s.clk) }
 
 // Extent is a range of array bytes.
 type Extent struct {
@@ -296,7 +295,7 @@ func (vs *Volumes) update(ctx context.Context, pool string, f func(p *Pool) (cha
 			ops = append(ops, clientv3.OpDelete(vs.nameKey(n)))
 		}
 		if ch.dropNSID != 0 && p.SubNQN != "" {
-			r := &Reservations{prefix: vs.prefix}
+			r := &Reservations{vs.table}
 			ops = append(ops, clientv3.OpDelete(r.key("resv", p.SubNQN, ch.dropNSID)), clientv3.OpDelete(r.key("resv-applied", p.SubNQN, ch.dropNSID)))
 		}
 		resp, err := vs.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
@@ -344,7 +343,7 @@ func (vs *Volumes) ReleaseImplicit(ctx context.Context, pool, subnqn string, cap
 		p.Capacity, p.BlockSize, p.SubNQN = capacity, bs, subnqn
 		p.Volumes = []Volume{{
 			Name: pool, Pool: pool, NSID: 1, Size: capacity, Extents: []Extent{{Off: 0, Len: capacity}},
-			State: VolumeDeleting, Implicit: true, Created: vs.now().UTC(),
+			State: VolumeDeleting, Implicit: true, Created: vs.clk.Now().UTC(),
 		}}
 		return change{}, nil
 	})
@@ -387,7 +386,7 @@ func (vs *Volumes) Create(ctx context.Context, pool, name string, size int64, ho
 		out = Volume{
 			Name: name, Pool: pool, NSID: p.freeNSID(), Pending: ext,
 			NGUID: randomID(), UUID: randomID(), Hosts: hosts,
-			State: VolumeCreating, Created: vs.now().UTC(),
+			State: VolumeCreating, Created: vs.clk.Now().UTC(),
 		}
 		p.Volumes = append(p.Volumes, out)
 		return change{create: []string{name}}, nil

@@ -23,7 +23,7 @@ const (
 func TestVolumesLifecycle(t *testing.T) {
 	stores, _, _ := openCluster(t, 1)
 	ctx := ctxT(t)
-	vs := NewVolumes(stores[0].Client(), "/tier0/c/")
+	vs := NewVolumes(stores[0].Client(), "/tier0/c/", nil)
 	nodes := []string{"n1", "n2"}
 
 	if _, err := vs.Create(ctx, "a", "v1", 1<<20, nil); !errors.Is(err, ErrImplicit) {
@@ -119,10 +119,10 @@ func TestVolumesLifecycle(t *testing.T) {
 func TestVolumesConcurrentAdmins(t *testing.T) {
 	stores, _, _ := openCluster(t, 1)
 	ctx := ctxT(t)
-	if _, err := NewVolumes(stores[0].Client(), "/tier0/c/").ReleaseImplicit(ctx, "a", testNQN, testPoolCap, testBS); err != nil {
+	if _, err := NewVolumes(stores[0].Client(), "/tier0/c/", nil).ReleaseImplicit(ctx, "a", testNQN, testPoolCap, testBS); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewVolumes(stores[0].Client(), "/tier0/c/").Removed(ctx, "a", "a", "n1", []string{"n1"}); err != nil {
+	if _, err := NewVolumes(stores[0].Client(), "/tier0/c/", nil).Removed(ctx, "a", "a", "n1", []string{"n1"}); err != nil {
 		t.Fatal(err)
 	}
 	const admins = 8
@@ -130,7 +130,7 @@ func TestVolumesConcurrentAdmins(t *testing.T) {
 	errs := make([]error, admins)
 	for i := range admins {
 		wg.Go(func() {
-			vs := NewVolumes(stores[0].Client(), "/tier0/c")
+			vs := NewVolumes(stores[0].Client(), "/tier0/c", nil)
 			_, errs[i] = vs.Create(ctx, "a", fmt.Sprintf("v%d", i), 4<<20, nil)
 		})
 	}
@@ -140,7 +140,7 @@ func TestVolumesConcurrentAdmins(t *testing.T) {
 			t.Fatalf("admin %d: %v", i, err)
 		}
 	}
-	p, err := NewVolumes(stores[0].Client(), "/tier0/c/").Pool(ctx, "a")
+	p, err := NewVolumes(stores[0].Client(), "/tier0/c/", nil).Pool(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestVolumesConcurrentAdmins(t *testing.T) {
 func TestVolumeHosts(t *testing.T) {
 	stores, _, _ := openCluster(t, 1)
 	ctx := ctxT(t)
-	vs := NewVolumes(stores[0].Client(), "/tier0/c/")
+	vs := NewVolumes(stores[0].Client(), "/tier0/c/", nil)
 	if _, err := vs.ReleaseImplicit(ctx, "a", testNQN, testPoolCap, testBS); err != nil {
 		t.Fatal(err)
 	}
