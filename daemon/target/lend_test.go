@@ -51,8 +51,9 @@ func TestReadsBorrowALendersMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := &lendCounter{Memory: mem}
+	was := lendReads
 	lendReads = true
-	t.Cleanup(func() { lendReads = false })
+	t.Cleanup(func() { lendReads = was })
 	_, addr := newTarget(t, Config{}, dev)
 	for _, digest := range []uint8{0, nvme.DigestHeader | nvme.DigestData} {
 		_, id := adminConnect(t, addr, digest, testHostNQN, testHostID)
