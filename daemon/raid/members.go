@@ -230,6 +230,14 @@ func (a *Array) markFailedLocked(m *member, reason string, missing bool) bool {
 	m.missingFull = st == roleRebuilding && m.full
 	if (a.geo.Level == RAID5 || a.geo.Level == RAID6) && st == roleActive {
 		m.since = newStripeSet(a.geo.Stripes) // before the state: writers look at it once they see "failed"
+		if missing && a.jl != nil {
+			// Unreachable, not refusing: its node may have lost power,
+			// and its writes not yet flushed with it, so they count as
+			// missed too (docs/RELIABILITY.md known problem 8, seed 965).
+			// A member that answers with errors is powered: its cache
+			// stands, and it catches up only what it missed.
+			a.jl.markUnflushed(m.since, a.geo.Stripes)
+		}
 	}
 	m.state.Store(uint32(roleFailed))
 	// The array fails with this member, or failed before it: nothing was

@@ -78,3 +78,20 @@ func rowsMeet(x, y, rlo, rhi, C int64) bool {
 	}
 	return b > C && b-C > rlo
 }
+
+// markUnflushed adds to set every stripe that may hold writes not yet
+// durable (every stripe of a slot whose last write came after the last
+// completed flush): a member that leaves unreachable may have lost them
+// with its node's power, so it catches them up when it is taken back, as
+// it does the stripes written while it was away.
+func (j *journal) markUnflushed(set *stripeSet, stripes int64) {
+	flushed := j.flushedGen.Load()
+	for k := int64(0); k < wstSlots && k < stripes; k++ {
+		if j.wst[k].gen.Load() <= flushed {
+			continue
+		}
+		for s := k; s < stripes; s += wstSlots {
+			set.set(s)
+		}
+	}
+}

@@ -20,7 +20,9 @@ import (
 // share. A write of a host that does not hold the reservation fails with
 // blockdev.ErrFenced, as a reservation conflict does on the target.
 // Faults: a cut link (node to node, one way) makes the importer's
-// commands fail as a dead connection does (blockdev.ErrIO; a dial fails),
+// commands fail as production's fail-fast member connection does when
+// its path is gone (blockdev.ErrIO wrapped with blockdev.ErrNoPath, so
+// the RAID engine takes the member as missing; a dial fails),
 // a failed drive fails every command.
 //
 // The fabric also checks the reservation invariant that the data-safety
@@ -165,7 +167,9 @@ func (m *member) check(op string) error {
 	case m.closed:
 		return fmt.Errorf("%s on member %s: %w", op, m.d.name, blockdev.ErrClosed)
 	case m.f.cut[[2]string{m.from, m.d.node}]:
-		return fmt.Errorf("%s on member %s from node %s: connection lost (link cut in the simulation): %w", op, m.d.name, m.from, blockdev.ErrIO)
+		// As production's fail-fast member connection: a path error
+		// (the member is unreachable, so missing, not failed).
+		return fmt.Errorf("%s on member %s from node %s: connection lost (link cut in the simulation): %w: %w", op, m.d.name, m.from, blockdev.ErrIO, blockdev.ErrNoPath)
 	case m.d.failed:
 		return fmt.Errorf("%s on member %s: drive failed: %w", op, m.d.name, blockdev.ErrIO)
 	}
