@@ -11,6 +11,7 @@ import (
 
 	"tier0/bench"
 	"tier0/daemon/config"
+	"tier0/internal/localcluster"
 )
 
 // The start-up calibration of the model's scale (issue 17, docs/BENCH.md):
@@ -155,7 +156,7 @@ func (r *runner) setScale(s float64) {
 	v := strconv.FormatFloat(s, 'g', -1, 64)
 	os.Setenv(config.EnvModelScale, v)
 	if r.lc != nil {
-		r.lc.setEnv(config.EnvModelScale, v)
+		r.lc.SetEnv(config.EnvModelScale, v)
 	}
 }
 
@@ -210,16 +211,15 @@ func (r *runner) calibrationRun(ctx context.Context, s float64) (achieved, model
 	r.setScale(s)
 	// The calibration's tier0d processes are not the run's: their CPU
 	// time is not watched.
-	onStart := r.lc.onStart
-	r.lc.onStart = nil
+	onStart := r.lc.OnStart(nil)
 	defer func() {
 		for a, m := range r.fronts {
 			_ = m.Close()
 			delete(r.fronts, a)
 		}
-		r.lc.stopAll(r.t.stopGrace)
-		r.lc.onStart = onStart
-		if cerr := cleanWork(r.cfg, r.work); cerr != nil && err == nil {
+		r.lc.Stop(r.t.stopGrace)
+		r.lc.OnStart(onStart)
+		if cerr := localcluster.CleanWork(r.cfg, r.work); cerr != nil && err == nil {
 			err = fmt.Errorf("removing the calibration's files: %w", cerr)
 		}
 		if merr := os.MkdirAll(r.work, 0o755); merr != nil && err == nil {

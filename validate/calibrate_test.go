@@ -142,8 +142,8 @@ func TestCalibrateSetsTheScaleForTheRun(t *testing.T) {
 	if got := config.EnvModelScale + "=" + os.Getenv(config.EnvModelScale); got != want {
 		t.Errorf("%s after calibrating, want %s", got, want)
 	}
-	if !slices.Contains(r.lc.env, want) {
-		t.Errorf("the tier0d environment lacks %s: %v", want, r.lc.env[len(r.lc.env)-1])
+	if env := r.lc.Env(); !slices.Contains(env, want) {
+		t.Errorf("the tier0d environment lacks %s: %v", want, env[len(env)-1])
 	}
 	devs, err := openDrives(cfg, discardLog())
 	if err != nil {

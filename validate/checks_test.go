@@ -15,6 +15,7 @@ import (
 
 	"tier0/bench"
 	"tier0/daemon/config"
+	"tier0/internal/localcluster"
 )
 
 // TestMain lets the test binary stand in for a tier0d that hangs (the
@@ -122,7 +123,7 @@ func TestTopology(t *testing.T) {
 
 func TestCheckPortsNamesTheBusyPort(t *testing.T) {
 	cfg := loadTestSite(t, t.TempDir())
-	if err := checkPorts(cfg); err != nil {
+	if err := localcluster.CheckPorts(cfg); err != nil {
 		t.Skipf("test site's ports are not free on this host: %v", err)
 	}
 	n := &cfg.Nodes[2]
@@ -131,7 +132,7 @@ func TestCheckPortsNamesTheBusyPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	err = checkPorts(cfg)
+	err = localcluster.CheckPorts(cfg)
 	if !errors.Is(err, ErrPortBusy) {
 		t.Fatalf("checkPorts = %v, want ErrPortBusy", err)
 	}
@@ -147,8 +148,8 @@ func TestCleanWorkRemovesOnlyItsFiles(t *testing.T) {
 	work := filepath.Join(t.TempDir(), "work")
 	cfg := loadTestSite(t, work)
 	var made []string
-	for _, p := range workPaths(cfg, work) {
-		if strings.HasSuffix(p, ".img") || strings.HasSuffix(p, pidFile) {
+	for _, p := range localcluster.WorkPaths(cfg, work) {
+		if strings.HasSuffix(p, ".img") || strings.HasSuffix(p, localcluster.PIDFile) {
 			made = append(made, p)
 		} else {
 			made = append(made, filepath.Join(p, "file"))
@@ -166,7 +167,7 @@ func TestCleanWorkRemovesOnlyItsFiles(t *testing.T) {
 	if err := os.WriteFile(foreign, []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := cleanWork(cfg, work); err != nil {
+	if err := localcluster.CleanWork(cfg, work); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range made {
@@ -182,7 +183,7 @@ func TestCleanWorkRemovesOnlyItsFiles(t *testing.T) {
 	}
 	os.Remove(foreign)
 	os.Remove(filepath.Dir(foreign))
-	if err := cleanWork(cfg, work); err != nil {
+	if err := localcluster.CleanWork(cfg, work); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(work); !os.IsNotExist(err) {
@@ -218,17 +219,17 @@ func TestStopStaleKillsOnlyRecordedTier0d(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
-	for !isTier0d(stale.Process.Pid) {
+	for !localcluster.IsTier0d(stale.Process.Pid) {
 		time.Sleep(10 * time.Millisecond) // until exec has replaced the fork
 	}
 	// Reap the fake as soon as it dies, as init would for an orphan.
 	exited := make(chan struct{})
 	go func() { _ = stale.Wait(); close(exited) }()
 	pids := fmt.Sprintf("%d A\n%d B\n", stale.Process.Pid, other.Process.Pid)
-	if err := os.WriteFile(filepath.Join(work, pidFile), []byte(pids), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(work, localcluster.PIDFile), []byte(pids), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got := stopStale(work)
+	got := localcluster.StopStale(work)
 	if len(got) != 1 || got[0] != stale.Process.Pid {
 		t.Fatalf("stopStale stopped %v, want only %d", got, stale.Process.Pid)
 	}
@@ -250,8 +251,7 @@ func TestLocalClusterStopsWhatItStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	lc := newLocalCluster(cfg, exe, "site.yaml", work, nil)
-	lc.env = append(lc.env, "TIER0_VALIDATE_FAKE_TIER0D=sleep")
-	lc.log = discardLog()
+	lc.SetEnv("TIER0_VALIDATE_FAKE_TIER0D", "sleep")
 	for _, n := range []string{"A", "B"} {
 		if err := lc.start(n); err != nil {
 			t.Fatal(err)
@@ -260,7 +260,7 @@ func TestLocalClusterStopsWhatItStarted(t *testing.T) {
 	if err := lc.start("A"); err == nil {
 		t.Error("starting a running node again succeeded")
 	}
-	b, err := os.ReadFile(filepath.Join(work, pidFile))
+	b, err := os.ReadFile(filepath.Join(work, localcluster.PIDFile))
 	if err != nil || strings.Count(string(b), "\n") != 2 {
 		t.Fatalf("PID file %q (%v), want two lines", b, err)
 	}
@@ -271,16 +271,16 @@ func TestLocalClusterStopsWhatItStarted(t *testing.T) {
 		t.Fatalf("restart after kill: %v", err)
 	}
 	t0 := time.Now()
-	lc.stopAll(5 * time.Second)
+	lc.Stop(5 * time.Second)
 	if d := time.Since(t0); d > 4*time.Second {
 		t.Errorf("stopAll took %s; SIGTERM should end the fake at once", d)
 	}
-	for _, pid := range lc.pids() {
+	for _, pid := range lc.PIDs() {
 		if syscall.Kill(pid, 0) == nil {
 			t.Errorf("pid %d still exists after stopAll", pid)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(work, pidFile)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(work, localcluster.PIDFile)); !os.IsNotExist(err) {
 		t.Errorf("PID file left after stopAll (%v)", err)
 	}
 }
@@ -288,7 +288,7 @@ func TestLocalClusterStopsWhatItStarted(t *testing.T) {
 func TestRunKeepsFilesWhenPortsAreBusy(t *testing.T) {
 	work := filepath.Join(t.TempDir(), "work")
 	cfg := loadTestSite(t, work)
-	if err := checkPorts(cfg); err != nil {
+	if err := localcluster.CheckPorts(cfg); err != nil {
 		t.Skipf("test site's ports are not free on this host: %v", err)
 	}
 	n := &cfg.Nodes[0]

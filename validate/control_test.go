@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"tier0/internal/localcluster"
 )
 
 // TestClusterControlKillsAndRestartsTheLocalTier0d: without commands, the
@@ -19,7 +21,7 @@ func TestClusterControlKillsAndRestartsTheLocalTier0d(t *testing.T) {
 	cfg := loadTestSite(t, work)
 	orig := startFakeTier0d(t, work, "B")
 	other := startFakeTier0d(t, work, "C")
-	for !isTier0d(orig.Process.Pid) || !isTier0d(other.Process.Pid) {
+	for !localcluster.IsTier0d(orig.Process.Pid) || !localcluster.IsTier0d(other.Process.Pid) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	c := newClusterControl(cfg, "", "", filepath.Join(work, "logs"))

@@ -12,6 +12,7 @@ import (
 	"tier0/bench"
 	"tier0/daemon/api"
 	"tier0/daemon/config"
+	"tier0/internal/localcluster"
 )
 
 // LocalCluster is a whole site run on this machine, one tier0d process per
@@ -42,10 +43,10 @@ func StartLocalCluster(ctx context.Context, site, tier0d, work string, timeout t
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPorts(cfg); err != nil {
+	if err := localcluster.CheckPorts(cfg); err != nil {
 		return nil, err
 	}
-	if err := cleanWork(cfg, work); err != nil {
+	if err := localcluster.CleanWork(cfg, work); err != nil {
 		return nil, err
 	}
 	c := &LocalCluster{lc: newLocalCluster(cfg, tier0d, absSite, work, log), cfg: cfg}
@@ -73,7 +74,7 @@ func (c *LocalCluster) Kill(node string) (time.Time, error) { return c.lc.kill(n
 func (c *LocalCluster) Start(node string) error { return c.lc.start(node) }
 
 // Stop stops every tier0d (SIGTERM, then SIGKILL after 10 s).
-func (c *LocalCluster) Stop() { c.lc.stopAll(10 * time.Second) }
+func (c *LocalCluster) Stop() { c.lc.Stop(10 * time.Second) }
 
 // Status asks the nodes' APIs in turn for the cluster view.
 func (c *LocalCluster) Status(ctx context.Context) (api.Status, error) {

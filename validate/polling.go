@@ -86,7 +86,7 @@ func (r *runner) waitFor(timeout time.Duration, cond func(api.Status) (bool, str
 			why = oneLine(err.Error(), 300)
 		}
 		if r.lc != nil {
-			if ex := r.lc.exited(); len(ex) > 0 {
+			if ex := r.lc.Exited(); len(ex) > 0 {
 				var unexpected []string
 				for _, e := range ex {
 					if !r.down[strings.Fields(e)[0]] {
@@ -94,7 +94,7 @@ func (r *runner) waitFor(timeout time.Duration, cond func(api.Status) (bool, str
 					}
 				}
 				if len(unexpected) > 0 {
-					return st, fmt.Errorf("tier0d exited: %s (see %s); last state: %s", strings.Join(unexpected, ", "), r.lc.logDir, why)
+					return st, fmt.Errorf("tier0d exited: %s (see %s); last state: %s", strings.Join(unexpected, ", "), r.lc.LogDir(), why)
 				}
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"tier0/daemon/api"
 	"tier0/daemon/config"
 	"tier0/daemon/host"
+	"tier0/internal/localcluster"
 	"tier0/reports"
 )
 
@@ -350,19 +351,19 @@ func (r *runner) setup() error {
 	}
 	site, _ := filepath.Abs(o.Site)
 	r.lc = newLocalCluster(cfg, bin, site, r.work, r.log)
-	r.lc.onStart = func(node string, pid int) {
+	r.lc.OnStart(func(node string, pid int) {
 		r.cpu.Watch(strconv.Itoa(pid), "tier0d "+node, bench.RoleTier0d)
-	}
+	})
 	r.ctl = r.lc
-	if pids := stopStale(r.work); len(pids) > 0 {
+	if pids := localcluster.StopStale(r.work); len(pids) > 0 {
 		fmt.Fprintf(o.Out, "stopped %d tier0d process(es) left by an earlier run: %v\n", len(pids), pids)
 	}
 	// Ports before files: a cluster that holds the ports may be running on
 	// these very files.
-	if err := checkPorts(cfg); err != nil {
+	if err := localcluster.CheckPorts(cfg); err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	if err := cleanWork(cfg, r.work); err != nil {
+	if err := localcluster.CleanWork(cfg, r.work); err != nil {
 		return fmt.Errorf("%w: removing the files of an earlier run in %s: %v", ErrSetup, r.work, err)
 	}
 	return os.MkdirAll(r.work, 0o755)
@@ -438,11 +439,11 @@ func (r *runner) teardown() []string {
 	if r.lc == nil {
 		return nil
 	}
-	r.lc.stopAll(r.t.stopGrace)
+	r.lc.Stop(r.t.stopGrace)
 	var logs []string
 	if err := os.MkdirAll(filepath.Join(r.o.OutDir, "logs"), 0o755); err == nil {
 		for _, n := range r.cfg.Nodes {
-			src := filepath.Join(r.lc.logDir, n.Name+".log")
+			src := filepath.Join(r.lc.LogDir(), n.Name+".log")
 			dst := filepath.Join(r.o.OutDir, "logs", n.Name+".log")
 			if b, err := os.ReadFile(src); err == nil && os.WriteFile(dst, b, 0o644) == nil {
 				logs = append(logs, dst)
@@ -450,7 +451,7 @@ func (r *runner) teardown() []string {
 		}
 	}
 	if !r.o.Keep {
-		if err := cleanWork(r.cfg, r.work); err != nil {
+		if err := localcluster.CleanWork(r.cfg, r.work); err != nil {
 			r.log.Warn("removing work files", "dir", r.work, "err", err)
 		}
 	} else {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"tier0/bench"
+	"tier0/internal/localcluster"
 	"tier0/internal/testenv"
 )
 
@@ -62,7 +63,7 @@ func TestLocalEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := loadTestSite(t, work)
-	if err := checkPorts(cfg); err != nil {
+	if err := localcluster.CheckPorts(cfg); err != nil {
 		t.Skipf("the test site's ports are taken on this host: %v", err)
 	}
 	validate := func(out string) *exec.Cmd {
@@ -115,7 +116,7 @@ func TestLocalEndToEnd(t *testing.T) {
 		if left := tier0dOf(site); len(left) > 0 {
 			t.Errorf("tier0d processes left running after the interrupt: %v", left)
 		}
-		for _, p := range workPaths(cfg, work) {
+		for _, p := range localcluster.WorkPaths(cfg, work) {
 			if _, err := os.Stat(p); !os.IsNotExist(err) {
 				t.Errorf("work file %s left after the interrupt (%v)", p, err)
 			}

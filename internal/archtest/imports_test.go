@@ -57,7 +57,8 @@ var allowed = map[string][]string{
 	"gds/cufile":                 nil,
 	"slurm-plugin/...":           {"slurm-plugin/", "daemon/slurm", "internal/fakescontrol"},
 	"internal/fakescontrol":      nil,
-	"internal/localslurm":        nil, // a Slurm on this machine (validate --local-slurm, slurm-plugin/slurmtest)
+	"internal/localslurm":        nil,               // a Slurm on this machine (validate --local-slurm, slurm-plugin/slurmtest)
+	"internal/localcluster":      {"daemon/config"}, // a site's tier0d processes on this machine (validate, reliability/campaign)
 	"reliability/...":            {"reliability/", "daemon/", "bench", "internal/"},
 	"validate":                   {"bench", "daemon/", "gds", "reports", "test/vm", "reliability/", "internal/"},
 	"validate/...":               {"bench", "daemon/", "gds", "reports", "test/vm", "reliability/", "validate", "internal/"},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"tier0/internal/localcluster"
 	"tier0/internal/testenv"
 )
 
@@ -49,7 +50,7 @@ func runShort(t *testing.T, site string, faults []string, seed uint64) Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shift, err := FreePortShift(string(text), []int{0, 100, 200, 300, 400})
+	shift, err := localcluster.FreePortShift(string(text), []int{0, 100, 200, 300, 400})
 	if err != nil {
 		testenv.Missing(t, "no free port range for the campaign's cluster: %v", err)
 	}
@@ -161,12 +162,4 @@ func TestFreezeEtcdVoterAndDroppedFrontend(t *testing.T) {
 // its reservations and nothing may be lost or stale.
 func TestFreezeWithQueuedRepair(t *testing.T) {
 	runShort(t, "raid6-6node.yaml", []string{FreezeQueuedRepair}, 4)
-}
-
-func TestShiftPorts(t *testing.T) {
-	in := "backend:  {port: 24420}\n    etcd:     {client_port: 22379, peer_port: 22380}\n"
-	want := "backend:  {port: 24520}\n    etcd:     {client_port: 22479, peer_port: 22480}\n"
-	if got := ShiftPorts(in, 100); got != want {
-		t.Fatalf("ShiftPorts:\n%s\nwant\n%s", got, want)
-	}
 }

@@ -7,44 +7,35 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"tier0/daemon/api"
 	"tier0/daemon/cluster"
 	"tier0/daemon/config"
 	"tier0/daemon/host"
+	"tier0/internal/localcluster"
 )
 
 // Cluster is a local cluster of tier0d processes started from one site
 // configuration, each node a process on 127.0.0.1 with file drives under
-// the work directory. Only the processes it started are ever signalled.
+// the work directory (internal/localcluster runs them; each node's log is
+// WORKDIR/NODE.log). Only the processes it started are ever signalled.
 type Cluster struct {
 	Config  *config.Config
 	Site    string // the site file the processes run with
 	Workdir string
-	bin     string
 	log     *slog.Logger
-	netns   *Netns
+	procs   *localcluster.Procs
 
-	mu    sync.Mutex
-	procs map[string]*proc
+	mu sync.Mutex
 	// proxies, when set (UseFrontendProxies), stand between the host and
 	// each node's frontend so that a fault can reset the connections.
 	proxies map[string]*frontProxy
-}
-
-type proc struct {
-	cmd    *exec.Cmd
-	done   chan struct{}
-	frozen bool
 }
 
 // LocalOptions configure StartLocal.
@@ -73,10 +64,7 @@ type LocalOptions struct {
 	Logger *slog.Logger
 }
 
-var (
-	workdirLine = regexp.MustCompile(`(?m)^workdir:.*$`)
-	portField   = regexp.MustCompile(`(port: *)([0-9]+)`)
-)
+var workdirLine = regexp.MustCompile(`(?m)^workdir:.*$`)
 
 // StartLocal writes the site for the work directory, starts every node's
 // tier0d and returns once each process runs (not yet healthy: see
@@ -105,7 +93,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Cluster, error) {
 	}
 	text = workdirLine.ReplaceAllString(text, "workdir: "+wd)
 	if o.PortShift != 0 {
-		text = ShiftPorts(text, o.PortShift)
+		text = localcluster.ShiftPorts(text, o.PortShift)
 	}
 	site := filepath.Join(wd, "site.yaml")
 	if err := os.WriteFile(site, []byte(text), 0o644); err != nil {
@@ -123,7 +111,11 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Cluster, error) {
 	if _, err := os.Stat(o.Binary); err != nil {
 		return nil, fmt.Errorf("tier0d binary: %w; build it with `make build` or pass its path", err)
 	}
-	c := &Cluster{Config: cfg, Site: site, Workdir: wd, bin: o.Binary, log: o.Logger, netns: o.Netns, procs: map[string]*proc{}}
+	po := localcluster.Options{Binary: o.Binary, Site: site, Workdir: wd, Logger: o.Logger}
+	if o.Netns != nil {
+		po.Netns = o.Netns.Namespace
+	}
+	c := &Cluster{Config: cfg, Site: site, Workdir: wd, log: o.Logger, procs: localcluster.New(po)}
 	voters := c.etcdPeers()
 	var rest []string
 	for _, n := range cfg.Nodes {
@@ -152,37 +144,6 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Cluster, error) {
 	return c, nil
 }
 
-// ShiftPorts adds shift to every "port: N" value in a site file's text.
-func ShiftPorts(text string, shift int) string {
-	return portField.ReplaceAllStringFunc(text, func(s string) string {
-		m := portField.FindStringSubmatch(s)
-		p, _ := strconv.Atoi(m[2])
-		return m[1] + strconv.Itoa(p+shift)
-	})
-}
-
-// FreePortShift returns the first shift among candidates for which every
-// port of the site text can be bound on 127.0.0.1 now.
-func FreePortShift(text string, candidates []int) (int, error) {
-	var ports []int
-	for _, m := range portField.FindAllStringSubmatch(text, -1) {
-		p, _ := strconv.Atoi(m[2])
-		ports = append(ports, p)
-	}
-next:
-	for _, s := range candidates {
-		for _, p := range ports {
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+s)))
-			if err != nil {
-				continue next
-			}
-			l.Close()
-		}
-		return s, nil
-	}
-	return 0, fmt.Errorf("no port shift in %v leaves every port of the site free on 127.0.0.1; stop the other local clusters", candidates)
-}
-
 func isLoopback(addr string) bool {
 	h, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -203,118 +164,26 @@ func (c *Cluster) Nodes() []string {
 
 // Start starts node's tier0d (it must not be running), logging to
 // <workdir>/<node>.log (appended).
-func (c *Cluster) Start(node string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if p := c.procs[node]; p != nil && !p.exited() {
-		return fmt.Errorf("node %s is already running (pid %d)", node, p.cmd.Process.Pid)
-	}
-	lf, err := os.OpenFile(filepath.Join(c.Workdir, node+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(c.bin, "--site", c.Site, "--node", node)
-	if c.netns != nil {
-		// ip netns exec execs tier0d in place: the PID stays the daemon's.
-		cmd = exec.Command("ip", "netns", "exec", c.netns.Namespace(node), c.bin, "--site", c.Site, "--node", node)
-	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = append(os.Environ(), "TIER0_WORK="+c.Workdir)
-	// If this process dies, its nodes die too rather than linger and hold
-	// the ports.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return fmt.Errorf("start tier0d for node %s: %w", node, err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		lf.Close()
-		close(p.done)
-	}()
-	c.procs[node] = p
-	c.log.Info("node started", "node", node, "pid", cmd.Process.Pid)
-	return nil
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (c *Cluster) running(node string) (*proc, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.procs[node]
-	if p == nil || p.exited() {
-		return nil, fmt.Errorf("node %s is not running", node)
-	}
-	return p, nil
-}
+func (c *Cluster) Start(node string) error { return c.procs.Start(node) }
 
 // frozen reports whether node was stopped by Freeze and not thawed.
-func (c *Cluster) frozen(node string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.procs[node]
-	return p != nil && p.frozen
-}
+func (c *Cluster) frozen(node string) bool { return c.procs.Frozen(node) }
 
 // Running reports whether node's process runs (frozen counts as running).
-func (c *Cluster) Running(node string) bool {
-	_, err := c.running(node)
-	return err == nil
-}
+func (c *Cluster) Running(node string) bool { return c.procs.Running(node) }
 
 // Kill sends SIGKILL to node's process and waits for it to exit.
 func (c *Cluster) Kill(node string) error {
-	p, err := c.running(node)
-	if err != nil {
-		return err
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 node %s (pid %d): %w", node, p.cmd.Process.Pid, err)
-	}
-	<-p.done
-	c.log.Info("node killed", "node", node)
-	return nil
+	_, err := c.procs.Kill(node)
+	return err
 }
 
 // Freeze stops node's process with SIGSTOP: it keeps its sockets but does
 // nothing, like a node cut off or paused (it cannot renew its lease).
-func (c *Cluster) Freeze(node string) error {
-	p, err := c.running(node)
-	if err != nil {
-		return err
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("SIGSTOP node %s: %w", node, err)
-	}
-	c.mu.Lock()
-	p.frozen = true
-	c.mu.Unlock()
-	return nil
-}
+func (c *Cluster) Freeze(node string) error { return c.procs.Freeze(node) }
 
 // Thaw resumes a frozen node with SIGCONT.
-func (c *Cluster) Thaw(node string) error {
-	p, err := c.running(node)
-	if err != nil {
-		return err
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		return fmt.Errorf("SIGCONT node %s: %w", node, err)
-	}
-	c.mu.Lock()
-	p.frozen = false
-	c.mu.Unlock()
-	return nil
-}
+func (c *Cluster) Thaw(node string) error { return c.procs.Thaw(node) }
 
 // UseFrontendProxies makes the arrays opened from now on reach each node's
 // frontend through a TCP proxy that ResetFrontend can reset.
@@ -354,26 +223,8 @@ func (c *Cluster) Close() {
 	for _, p := range c.proxies {
 		_ = p.Close()
 	}
-	ps := make([]*proc, 0, len(c.procs))
-	for _, p := range c.procs {
-		ps = append(ps, p)
-	}
 	c.mu.Unlock()
-	for _, p := range ps {
-		if !p.exited() {
-			_ = p.cmd.Process.Signal(syscall.SIGCONT)
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	deadline := time.After(5 * time.Second)
-	for _, p := range ps {
-		select {
-		case <-p.done:
-		case <-deadline:
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.done
-		}
-	}
+	c.procs.Stop(5 * time.Second)
 }
 
 // client returns an API client for node.
@@ -387,14 +238,7 @@ func (c *Cluster) client(node string) *api.Client {
 func (c *Cluster) Arrays(ctx context.Context) ([]api.Array, error) {
 	var errs []error
 	for _, n := range c.Nodes() {
-		p, err := c.running(n)
-		if err != nil {
-			continue
-		}
-		c.mu.Lock()
-		frozen := p.frozen
-		c.mu.Unlock()
-		if frozen {
+		if !c.Running(n) || c.frozen(n) {
 			continue
 		}
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -412,7 +256,7 @@ func (c *Cluster) Arrays(ctx context.Context) ([]api.Array, error) {
 // unknown).
 func (c *Cluster) Coordinator(ctx context.Context) string {
 	for _, n := range c.Nodes() {
-		if p, err := c.running(n); err != nil || p.frozen {
+		if !c.Running(n) || c.frozen(n) {
 			continue
 		}
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -554,9 +398,12 @@ func (c *Cluster) OpenArray(array string, hold time.Duration, log *slog.Logger) 
 
 type apiArray = api.Array
 
+// LogPath is node's log file.
+func (c *Cluster) LogPath(node string) string { return c.procs.LogPath(node) }
+
 // LogSize is the current size of node's log file (0 if none).
 func (c *Cluster) LogSize(node string) int64 {
-	st, err := os.Stat(filepath.Join(c.Workdir, node+".log"))
+	st, err := os.Stat(c.procs.LogPath(node))
 	if err != nil {
 		return 0
 	}
@@ -566,7 +413,7 @@ func (c *Cluster) LogSize(node string) int64 {
 // CountLog counts the lines of node's log after byte offset from that
 // contain substr.
 func (c *Cluster) CountLog(node string, from int64, substr string) int {
-	b, err := os.ReadFile(filepath.Join(c.Workdir, node+".log"))
+	b, err := os.ReadFile(c.procs.LogPath(node))
 	if err != nil || from > int64(len(b)) {
 		return 0
 	}

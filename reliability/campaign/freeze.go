@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -100,7 +99,7 @@ func (e *env) selfFenced(marks map[string]int64, except ...string) []string {
 // firstLogLine is the first line of node's log after byte offset from
 // that contains substr, cut to 400 bytes ("" when none).
 func (e *env) firstLogLine(node string, from int64, substr string) string {
-	b, err := os.ReadFile(filepath.Join(e.c.Workdir, node+".log"))
+	b, err := os.ReadFile(e.c.LogPath(node))
 	if err != nil || from > int64(len(b)) {
 		return ""
 	}

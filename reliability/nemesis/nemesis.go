@@ -20,6 +20,7 @@ import (
 	"tier0/daemon/cluster"
 	"tier0/daemon/config"
 	"tier0/daemon/host"
+	"tier0/internal/localcluster"
 	"tier0/reliability/campaign"
 	"tier0/reliability/checker"
 	"tier0/reliability/history"
@@ -300,7 +301,7 @@ func setup(ctx context.Context, o Options) (*env, error) {
 	}
 	s := string(text)
 	if o.PortShift != 0 {
-		s = campaign.ShiftPorts(s, o.PortShift)
+		s = localcluster.ShiftPorts(s, o.PortShift)
 	}
 	if s, err = RewriteSite(s); err != nil {
 		return nil, fmt.Errorf("%s: %w", o.Site, err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"tier0/daemon/config"
+	"tier0/internal/localcluster"
 	"tier0/reliability/campaign"
 	"tier0/reliability/history"
 )
@@ -224,7 +225,7 @@ func TestBoundedNemesis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shift, err := campaign.FreePortShift(string(text), []int{500, 600, 700, 800})
+	shift, err := localcluster.FreePortShift(string(text), []int{500, 600, 700, 800})
 	if err != nil {
 		t.Fatal(err)
 	}
