@@ -34,7 +34,8 @@ type Options struct {
 	// DialTimeout bounds one connection attempt (default 5 s).
 	DialTimeout time.Duration
 	// ReconnectDelay is the first delay between reconnection attempts after
-	// a lost connection; it doubles up to 5 s (default 100 ms).
+	// a lost connection; it doubles up to maxReconnectDelay, 5 s (default
+	// 100 ms). The delays run on Clock.
 	ReconnectDelay time.Duration
 	// CtrlLossTimeout: after a connection loss, I/O waits for a reconnect
 	// this long, then fails; the controller keeps trying to reconnect in
@@ -65,12 +66,17 @@ type Options struct {
 	// asynchronous event, after the host handled it itself (e.g. re-read the
 	// ANA log).
 	OnAEN func(AEN)
-	// Clock is the time of the command quiesce wait (see docs/FABRIC.md,
-	// "Command lifetime"); default clock.Real. Tests inject a fake. The
-	// reconnect backoff, keep-alive, I/O timeouts and the loss timeout
-	// still read the wall clock (a known limit, docs/ARCHITECTURE.md).
+	// Clock is the controller's time: the command quiesce wait (see
+	// docs/FABRIC.md, "Command lifetime"), the reconnect backoff, the
+	// keep-alive ticker and the controller-loss wait (CtrlLossTimeout);
+	// default clock.Real. Tests inject a fake. The per-command I/O timeout
+	// and its supervisor, and socket deadlines, stay on the wall clock
+	// (docs/ARCHITECTURE.md, "Time").
 	Clock clock.Clock
 }
+
+// maxReconnectDelay bounds the doubling of ReconnectDelay.
+const maxReconnectDelay = 5 * time.Second
 
 func (o *Options) setDefaults() {
 	if o.HostID == ([16]byte{}) {
