@@ -258,7 +258,7 @@ type arrayCreateOptions struct {
 }
 
 func (o *arrayCreateOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.level, "level", "raid5", "RAID level: raid5 or raid6 (raid0, raid1 are accepted by the config too)")
+	fs.StringVar(&o.level, "level", "raid5", "RAID level: raid5 or raid6")
 	fs.StringVar(&o.home, "home", "", "node that owns the array when it is healthy (required)")
 	fs.StringVar(&o.members, "members", "auto", "drive names in RAID order, comma separated, or auto")
 	fs.IntVar(&o.width, "width", 0, "member count for --members auto (default: nodes-1)")

@@ -117,7 +117,7 @@ func failWouldLose(arrays []api.Array, drive string) []string {
 	for _, a := range arrays {
 		lvl, err := cluster.ParseLevel(a.Level)
 		if err != nil {
-			continue // raid0/raid1 are not run by the failover machine
+			continue // not a level the failover machine runs (the site validation refuses raid0/raid1)
 		}
 		down := 0
 		for _, m := range a.Members {

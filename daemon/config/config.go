@@ -101,7 +101,8 @@ type Drive struct {
 // Array is one RAID array served as a cluster-wide namespace.
 type Array struct {
 	Name string `mapstructure:"name" json:"name"`
-	// Level is raid0, raid1, raid5 or raid6.
+	// Level is raid5 or raid6 (raid0 and raid1 are refused: the failover
+	// machine does not run them).
 	Level string `mapstructure:"level" json:"level"`
 	// ChunkKiB is the chunk (strip) size in KiB: a power of two from 4
 	// to 4096. Default 128.
@@ -254,7 +255,9 @@ type GDS struct {
 	Mount string `mapstructure:"mount" json:"mount,omitempty"`
 }
 
-// Levels accepted in Array.Level.
+// Levels of Array.Level: a site file's arrays are raid5 or raid6, the
+// levels the failover machine runs; raid0 and raid1 (levels of the RAID
+// engine) are refused by validation, with that reason.
 const (
 	RAID0 = "raid0"
 	RAID1 = "raid1"

@@ -64,8 +64,13 @@ func TestBadConfigs(t *testing.T) {
 			}},
 		{"bad level and chunk", baseNodes + `arrays: [{name: A, level: raid7, chunk_kib: 100, home: A, members: [B1, C1, D1]}]`,
 			[]string{
-				`site.yaml: arrays[0].level: "raid7" is not a RAID level; expected raid0, raid1, raid5 or raid6`,
+				`site.yaml: arrays[0].level: "raid7" is not a RAID level; expected raid5 or raid6`,
 				`site.yaml: arrays[0].chunk_kib: 100 is not a power of two from 4 to 4096; expected e.g. 128`,
+			}},
+		{"raid1 and raid0, which the failover machine refuses", baseNodes + `arrays: [{name: A, level: raid1, home: A, members: [B1, C1]}, {name: B, level: raid0, home: B, members: [A1, C2]}]`,
+			[]string{
+				`site.yaml: arrays[0].level: raid1 is not run by the cluster's failover (only parity arrays are: a node would refuse to assemble it); expected raid5 (at least 3 members, survives one loss) or raid6 (at least 4, survives two)`,
+				`site.yaml: arrays[1].level: raid0 is not run by the cluster's failover (only parity arrays are: a node would refuse to assemble it); expected raid5 (at least 3 members, survives one loss) or raid6 (at least 4, survives two)`,
 			}},
 		{"raid5 too narrow, raid6 too narrow", baseNodes + `arrays: [{name: A, level: raid5, home: A, members: [B1, C1]}, {name: B, level: raid6, home: B, members: [A1, C2, D2]}]`,
 			[]string{

@@ -286,10 +286,15 @@ func (c *Config) checkArrays(k *checker, nodeAt map[string]int, driveNode map[st
 // checkArrayShape checks array a's level, chunk size, home node and
 // width. It reports whether the home node is defined.
 func (c *Config) checkArrayShape(k *checker, key string, a *Array, nodeAt map[string]int) (homeOK bool) {
-	minW := map[string]int{RAID0: 1, RAID1: 2, RAID5: 3, RAID6: 4}
+	minW := map[string]int{RAID5: 3, RAID6: 4}
 	mw, levelOK := minW[a.Level]
-	if !levelOK {
-		k.add(key+".level", "%q is not a RAID level; expected raid0, raid1, raid5 or raid6", a.Level)
+	switch {
+	case a.Level == RAID0 || a.Level == RAID1:
+		// the RAID engine has them, the failover machine refuses them
+		// (cluster.ParseLevel): no node would ever assemble the array
+		k.add(key+".level", "%s is not run by the cluster's failover (only parity arrays are: a node would refuse to assemble it); expected raid5 (at least 3 members, survives one loss) or raid6 (at least 4, survives two)", a.Level)
+	case !levelOK:
+		k.add(key+".level", "%q is not a RAID level; expected raid5 or raid6", a.Level)
 	}
 	if a.ChunkKiB < 4 || a.ChunkKiB > 4096 || a.ChunkKiB&(a.ChunkKiB-1) != 0 {
 		k.add(key+".chunk_kib", "%d is not a power of two from 4 to 4096; expected e.g. 128", a.ChunkKiB)
