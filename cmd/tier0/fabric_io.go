@@ -85,17 +85,6 @@ reads (and reports the throughput). Sizes accept K, M, G suffixes (powers of
 	return cmd
 }
 
-// parseSize parses a byte count for the fabric verbs with the one size
-// parser (units.ParseBytes, as the site file: binary units, "4096", "4K",
-// "64KiB", "1M", "2G", "1T", in either case).
-func parseSize(s string) (int64, error) {
-	v, err := units.ParseBytes(s)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: want a byte count with an optional K, M, G or T suffix (powers of 1024), such as 4k or 128K", s)
-	}
-	return int64(v), nil
-}
-
 // fillPattern fills p with the pattern of seed at absolute byte offset off
 // (a multiple of 8): each 8-byte word is splitmix64(seed, word index).
 func fillPattern(p []byte, off int64, seed uint64) {
@@ -152,15 +141,15 @@ func runFabricIO(ctx context.Context, o *fabricIOOptions, stdout io.Writer) erro
 	if n != 1 {
 		return errors.New("fabric io: give exactly one of --write, --read, --verify")
 	}
-	off, err := parseSize(o.offset)
+	off, err := units.ParseBytes(o.offset)
 	if err != nil {
 		return fmt.Errorf("--offset: %w", err)
 	}
-	length, err := parseSize(o.length)
+	length, err := units.ParseBytes(o.length)
 	if err != nil {
 		return fmt.Errorf("--length: %w", err)
 	}
-	bsz, err := parseSize(o.block)
+	bsz, err := units.ParseBytes(o.block)
 	if err != nil || bsz == 0 {
 		return fmt.Errorf("--block %q: want a positive size such as 128K", o.block)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"tier0/bench/perf"
 	"tier0/daemon/host"
+	"tier0/internal/units"
 )
 
 // fabric perf: a closed-loop benchmark of one NVMe/TCP namespace with
@@ -93,11 +94,11 @@ func runFabricPerf(ctx context.Context, o *fabricPerfOptions, stdout io.Writer) 
 	if o.connect == "" || o.nqn == "" {
 		return errors.New("fabric perf: --connect HOST:PORT and --nqn NQN are required")
 	}
-	bs, err := parseSize(o.bs)
+	bs, err := units.ParseBytes(o.bs)
 	if err != nil {
 		return fmt.Errorf("fabric perf: --bs: %w", err)
 	}
-	region, err := parseSize(o.region)
+	region, err := units.ParseBytes(o.region)
 	if err != nil {
 		return fmt.Errorf("fabric perf: --region: %w", err)
 	}

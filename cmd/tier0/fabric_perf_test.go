@@ -12,6 +12,7 @@ import (
 
 	"tier0/daemon/blockdev/local"
 	"tier0/daemon/target"
+	"tier0/internal/units"
 )
 
 // perfTarget serves a memory namespace the way `fabric serve --ns mem:SIZE`
@@ -57,7 +58,7 @@ func TestFabricPerfLoopback(t *testing.T) {
 		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 			t.Fatalf("%s: %v in %q", w.workload, err, out.String())
 		}
-		bs, _ := parseSize(w.bs)
+		bs, _ := units.ParseBytes(w.bs)
 		if r.Workload != w.workload || r.BlockSize != int(bs) || r.QueueDepth != 8 || r.IOs == 0 || r.Bytes != r.IOs*bs ||
 			r.IOPS <= 0 || r.MiBps <= 0 || r.CPUPerIO <= 0 || r.Queues != 1 || r.NQN != nqn {
 			t.Fatalf("%s: implausible result %+v", w.workload, r)

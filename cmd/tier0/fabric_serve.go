@@ -26,6 +26,7 @@ import (
 	"tier0/daemon/nvme"
 	"tier0/daemon/rdma"
 	"tier0/daemon/target"
+	"tier0/internal/units"
 )
 
 // fabricServeOptions are the flags of fabric serve.
@@ -96,12 +97,12 @@ cost, apart from any file system, for benchmarks such as tier0 fabric perf.`,
 	return cmd
 }
 
-// serveSize parses a positive size such as "4096", "64K", "1M", "2G",
-// "1T" (or "64KiB"); see parseSize.
-func serveSize(s string) (int64, error) {
-	n, err := parseSize(s)
+// positiveBytes is units.ParseBytes (the one size parser) for a size that
+// must be more than 0: a memory namespace's, --size.
+func positiveBytes(s string) (int64, error) {
+	n, err := units.ParseBytes(s)
 	if err == nil && n <= 0 {
-		err = fmt.Errorf("size %q: want a positive size", s)
+		err = fmt.Errorf("size %q: want a positive size such as 512M", s)
 	}
 	return n, err
 }
@@ -114,7 +115,7 @@ func memNamespace(ns string) (size string, ok bool) { return strings.CutPrefix(n
 // cost apart from any file system; its data is gone when serve exits).
 func openNamespace(p string, o *fabricServeOptions, size int64, log *slog.Logger) (blockdev.Device, error) {
 	if ms, ok := memNamespace(p); ok {
-		n, err := serveSize(ms)
+		n, err := positiveBytes(ms)
 		if err != nil {
 			return nil, fmt.Errorf("fabric serve: --ns %s: %w (e.g. --ns mem:512M)", p, err)
 		}
@@ -219,7 +220,7 @@ func runFabricServe(ctx context.Context, o *fabricServeOptions, stdout, stderr i
 	}
 	var size int64
 	if o.size != "" {
-		if size, err = serveSize(o.size); err != nil {
+		if size, err = positiveBytes(o.size); err != nil {
 			return fmt.Errorf("fabric serve: --size: %w", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"tier0/daemon/host"
 	"tier0/daemon/nvme"
 	"tier0/daemon/rdma"
+	"tier0/internal/units"
 )
 
 func TestFabricServeFlagsValidated(t *testing.T) {
@@ -173,22 +174,26 @@ func TestFabricServeMemNamespaceBadSize(t *testing.T) {
 	}
 }
 
-// TestFabricSizes: the fabric verbs take config.ParseSize's sizes, in
-// either case.
+// TestFabricSizes: the fabric verbs take the one size parser's sizes
+// (units.ParseBytes, as the site file), in either case; a memory
+// namespace's and --size must be positive.
 func TestFabricSizes(t *testing.T) {
 	for in, want := range map[string]int64{"4096": 4096, "4k": 4096, "4K": 4096, "64KiB": 64 << 10, "64kib": 64 << 10,
 		"1M": 1 << 20, "512m": 512 << 20, "2G": 2 << 30, "1T": 1 << 40, "0": 0} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		if got, err := units.ParseBytes(in); err != nil || got != want {
+			t.Errorf("units.ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "lots", "-1", "4X", "1.5G"} {
-		if _, err := parseSize(in); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", in)) {
-			t.Errorf("parseSize(%q): error %v, want one naming the value", in, err)
+		if _, err := units.ParseBytes(in); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", in)) {
+			t.Errorf("units.ParseBytes(%q): error %v, want one naming the value", in, err)
 		}
 	}
-	if _, err := serveSize("0"); err == nil {
-		t.Error("serveSize(0) accepted a zero size")
+	if _, err := positiveBytes("0"); err == nil || !strings.Contains(err.Error(), `"0"`) {
+		t.Errorf("positiveBytes(0): %v, want an error naming the zero size", err)
+	}
+	if n, err := positiveBytes("512M"); err != nil || n != 512<<20 {
+		t.Errorf("positiveBytes(512M) = %d, %v", n, err)
 	}
 }
 

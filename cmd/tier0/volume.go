@@ -167,7 +167,7 @@ func runVolumeCreate(cmd *cobra.Command, o *volumeCreateOptions, name string) er
 	if o.pool == "" || o.size == "" {
 		return fmt.Errorf("volume create %s: --pool ARRAY and --size SIZE are both needed (e.g. --pool a --size 10GiB)", name)
 	}
-	size, err := parseSize(o.size)
+	size, err := units.ParseBytes(o.size)
 	if err != nil {
 		return fmt.Errorf("--size: %w", err)
 	}
@@ -196,7 +196,7 @@ func newVolumeResizeCmd(co *clusterOptions) *cobra.Command {
 			if o.size == "" {
 				return fmt.Errorf("volume resize %s: --size SIZE is needed (the new, larger size)", args[0])
 			}
-			size, err := parseSize(o.size)
+			size, err := units.ParseBytes(o.size)
 			if err != nil {
 				return fmt.Errorf("--size: %w", err)
 			}
