@@ -3,6 +3,7 @@ package raid
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -40,6 +41,24 @@ type background struct {
 	cur     string
 	prog    Event
 	scrub   ScrubStatus
+	// stepped (tests only, Policy.replay): the worker takes a step (a
+	// task's start, one pass of a task's stripe loop) only when granted
+	// one (step); parked: it waits for a grant.
+	stepped bool
+	grant   int
+	parked  bool
+	task    task // the one running
+}
+
+// replayKnobs are test-only scheduling knobs (Policy.replay; nil in
+// production) that make an array's run replay from a seed: serial runs a
+// batch's member requests and a request's stripes one after another on
+// the caller's goroutine, whatever the members' latency; stepped runs the
+// background worker only in the steps the test grants (background.step,
+// WaitIdle).
+type replayKnobs struct {
+	serial  bool
+	stepped bool
 }
 
 func (b *background) scrubStatus() ScrubStatus {
@@ -56,6 +75,7 @@ func (b *background) scrubUpdate(f func(*ScrubStatus)) {
 
 func newBackground(a *Array) *background {
 	b := &background{a: a, stopCh: make(chan struct{}), done: make(chan struct{})}
+	b.stepped = a.pol.replay != nil && a.pol.replay.stepped
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
@@ -74,16 +94,20 @@ func (b *background) loop() {
 	defer close(b.done)
 	for {
 		b.mu.Lock()
-		for len(b.queue) == 0 && !b.stopped {
-			b.cond.Wait()
+		for (len(b.queue) == 0 || b.stepped && b.grant == 0) && !b.stopped {
+			b.park()
 		}
+		b.parked = false
 		if b.stopped {
 			b.mu.Unlock()
 			return
 		}
+		if b.stepped {
+			b.grant--
+		}
 		t := b.queue[0]
 		b.queue = b.queue[1:]
-		b.running = true
+		b.running, b.task = true, t
 		b.mu.Unlock()
 		b.a.runTask(t)
 		b.mu.Lock()
@@ -126,8 +150,56 @@ func (b *background) waitIdle() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for (len(b.queue) > 0 || b.running) && !b.stopped {
+		if b.stepped {
+			b.grant = math.MaxInt32
+			b.cond.Broadcast()
+		}
 		b.cond.Wait()
 	}
+	b.grant = 0
+}
+
+// park waits for the worker's next wake-up (b.mu held), telling a
+// stepping test that the worker waits.
+func (b *background) park() {
+	if b.stepped {
+		b.parked = true
+		b.cond.Broadcast()
+	}
+	b.cond.Wait()
+}
+
+// pass is the head of a task's stripe loop: in stepped mode it waits for
+// a granted step. It reports whether the worker is stopping.
+func (b *background) pass() bool {
+	if b.stepped {
+		b.mu.Lock()
+		for b.grant == 0 && !b.stopped {
+			b.park()
+		}
+		b.parked = false
+		if b.grant > 0 {
+			b.grant--
+		}
+		b.mu.Unlock()
+	}
+	return b.stopping()
+}
+
+// step (stepped mode, tests) grants the worker n steps and waits until it
+// took them or ran out of work, the worker parked again.
+func (b *background) step(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.stepped || !b.started {
+		return
+	}
+	b.grant += n
+	b.cond.Broadcast()
+	for !b.stopped && !(b.parked && (b.grant == 0 || len(b.queue) == 0 && !b.running)) {
+		b.cond.Wait()
+	}
+	b.grant = 0
 }
 
 func (b *background) pendingWork() bool {

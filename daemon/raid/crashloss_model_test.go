@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // The crash-with-loss model is an opt-in debug entry point: it still
@@ -14,7 +15,27 @@ var (
 	crashLossSeeds = flag.Int("raid.crashloss.seeds", 20, "seeds per configuration in TestModelCrashWithMemberLoss")
 	crashLossTrace = flag.Bool("raid.crashloss.trace", false, "debug: trace the engine (debugf) in TestModelCrashWithMemberLoss")
 	crashLossIdle  = flag.Bool("raid.crashloss.idle", false, "debug: TestModelCrashWithMemberLoss waits for background work before a crash with loss")
+	crashLossCheck = flag.Bool("raid.crashloss.verify", false, "debug: TestModelCrashWithMemberLoss reads the whole array after every operation (finds where a failure starts; reads may change the run)")
+	crashLossFree  = flag.Bool("raid.crashloss.free", false, "TestModelCrashWithMemberLoss on real timing (member batches inline or not by latency, background worker and bursts free-running): not replayable")
 )
+
+// tick is one step of the model's clock, between two of its operations:
+// the background worker takes a few steps (replayable runs) and the fake
+// clock moves on (progress events, rebuild checkpoints).
+func (s *sim) tick() {
+	if s.replay == nil {
+		return
+	}
+	n := s.rng.Intn(6)
+	if s.rng.Intn(8) == 0 {
+		n = 40
+	}
+	if n > 0 {
+		s.a.bg.step(n)
+		s.logf("background: %d steps, task %q", n, s.a.Status().Task)
+	}
+	s.clk.Advance(200 * time.Millisecond)
+}
 
 // crashWithLoss: owner crash (members keep a random subset of unflushed
 // writes) and, at once, up to redundancy members lost; assembled without
@@ -27,6 +48,11 @@ func (s *sim) crashWithLoss(held map[int]bool) {
 	if *crashLossIdle {
 		s.a.WaitIdle()
 	}
+	if s.resyncPending() && !s.inWindow() {
+		// Members lost before the last crash's resync is done: parity
+		// it tore may rebuild them (the documented limit, sim.step).
+		return
+	}
 	st := s.a.Status()
 	s.logf("crash with loss: task %q dirty %d", st.Task, st.Dirty)
 	s.a.Abort()
@@ -36,6 +62,7 @@ func (s *sim) crashWithLoss(held map[int]bool) {
 		s.mems[r].CrashRandom(s.rng)
 	}
 	s.crashes++
+	s.lossy++
 	k := 1 + s.rng.Intn(red)
 	clear(held)
 	for len(held) < k {
@@ -48,7 +75,7 @@ func (s *sim) crashWithLoss(held map[int]bool) {
 	for r := range held {
 		d[r] = nil
 	}
-	a, rej, err := Assemble(d, AssembleOptions{Epoch: 0, Policy: quietPolicy(nil)})
+	a, rej, err := Assemble(d, AssembleOptions{Epoch: 0, Policy: s.policy()})
 	if err != nil {
 		s.fatalf("assemble after crash %d without %v: %v", s.crashes, held, err)
 	}
@@ -66,7 +93,7 @@ func (s *sim) handoff() {
 	for r := range s.mems {
 		s.mems[r].Crash() // only what was flushed survives
 	}
-	a, rej, err := Assemble(devs(s.faults), AssembleOptions{Epoch: 0, Policy: quietPolicy(nil)})
+	a, rej, err := Assemble(devs(s.faults), AssembleOptions{Epoch: 0, Policy: s.policy()})
 	if err != nil {
 		s.fatalf("assemble after hand-off: %v", err)
 	}
@@ -95,28 +122,45 @@ func TestModelCrashWithMemberLoss(t *testing.T) {
 		for k := 0; k < *crashLossSeeds; k++ {
 			seed := int64(7000 + 100*k + ci)
 			t.Run(fmt.Sprintf("%s-%d/seed=%d", c.level, c.n, seed), func(t *testing.T) {
+				var rk *replayKnobs
+				if !*crashLossFree {
+					rk = &replayKnobs{serial: true, stepped: true}
+				}
 				if *crashLossTrace {
 					debugf = t.Logf
 					defer func() { debugf = nil }()
 				}
-				s := newSim(t, c.level, c.n, 768<<10, seed)
+				s := newSimWith(t, c.level, c.n, 768<<10, seed, rk)
+				if *crashLossTrace {
+					// The engine's trace in the sim's log, in order.
+					debugf = func(f string, args ...any) { s.logf("  engine: "+f, args...) }
+				}
 				held := map[int]bool{}
 				for i := 0; i < 150; i++ {
+					if *crashLossCheck {
+						s.verifyAll()
+						if b := s.badStripes(); len(b) > 0 {
+							s.logf("stripes not matching their parity: %v", b)
+						}
+					}
+					s.tick()
 					switch x := s.rng.Intn(100); {
 					case x < 8:
 						if len(held) == 0 {
 							s.crashWithLoss(held)
 						}
 					case x < 16 && len(held) > 0:
-						for r := range held {
-							if err := s.a.ReAdd(r, s.faults[r]); err != nil {
-								s.logf("re-add %d: %v", r, err)
-							} else {
-								s.logf("re-add %d", r)
-							}
-							delete(held, r)
-							break
+						// The lowest role held (a map's order is random).
+						r := s.n
+						for h := range held {
+							r = min(r, h)
 						}
+						if err := s.a.ReAdd(r, s.faults[r]); err != nil {
+							s.logf("re-add %d: %v", r, err)
+						} else {
+							s.logf("re-add %d", r)
+						}
+						delete(held, r)
 					case x < 20:
 						if len(held) == 0 {
 							s.handoff()
@@ -148,7 +192,63 @@ func TestModelCrashWithMemberLoss(t *testing.T) {
 					}
 				}
 				s.a.WaitIdle()
+				t.Logf("%d crashes (%d losing members), %d member returns, %d faults skipped in a resync window", s.crashes, s.lossy, s.rebuilt, s.skipped)
 			})
 		}
 	}
+}
+
+// verifyAll (debug) reads the whole array: it must read as the model.
+func (s *sim) verifyAll() {
+	got := make([]byte, s.a.Size())
+	if _, err := s.a.ReadAt(got, 0); err != nil {
+		s.fatalf("verify: read: %v", err)
+	}
+	if i := firstDiff(got, s.cur); i >= 0 {
+		s.fatalf("verify: array byte %d (block %d, stripe %d) differs from the model (state %s)", i, i/512, int64(i)/s.a.Geometry().StripeSize, s.a.describe())
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// badStripes (debug) lists the stripes whose members, all in sync, do
+// not agree with their parity (read from the member devices directly).
+func (s *sim) badStripes() []int64 {
+	a := s.a
+	if a.coder.enc == nil {
+		return nil
+	}
+	w := a.geo.DataDisks + a.geo.ParityDisks
+	snaps := make([][]byte, s.n)
+	var bad []int64
+	for st := int64(0); st < a.geo.Stripes; st++ {
+		sh := make([][]byte, w)
+		all := true
+		for x := 0; x < w; x++ {
+			r := a.shardRole(st, x)
+			m := a.member(r)
+			if !a.inSync(m, st) {
+				all = false
+				break
+			}
+			if snaps[r] == nil {
+				snaps[r] = s.mems[r].Snapshot()
+			}
+			sh[x] = snaps[r][a.moff(st, 0):a.moff(st, a.geo.ChunkSize)]
+		}
+		if !all {
+			continue
+		}
+		if ok, err := a.coder.enc.Verify(sh); err != nil || !ok {
+			bad = append(bad, st)
+		}
+	}
+	return bad
 }

@@ -127,6 +127,10 @@ func fast(ops []mop) bool {
 	return true
 }
 
+// serial reports the test-only knob that runs every batch inline
+// (replayKnobs).
+func (a *Array) serial() bool { return a.pol.replay != nil && a.pol.replay.serial }
+
 // inlineBytes bounds an inline batch.
 const inlineBytes = 256 << 10
 
@@ -188,7 +192,7 @@ func (a *Array) run(ops []mop) error {
 	case 1:
 		return a.do(ops[0])
 	}
-	if a.pol.IOTimeout == 0 && fast(ops) {
+	if a.pol.IOTimeout == 0 && (a.serial() || fast(ops)) {
 		return a.runInline(ops)
 	}
 	b := getBatch(len(ops))
@@ -216,7 +220,7 @@ func (a *Array) runGrouped(ops []mop) error {
 	if groups == 1 {
 		return a.runMerged(ops)
 	}
-	if a.pol.IOTimeout == 0 && fast(ops) {
+	if a.pol.IOTimeout == 0 && (a.serial() || fast(ops)) {
 		return a.runGroupsInline(ops)
 	}
 	b := getBatch(groups)

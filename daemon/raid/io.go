@@ -339,7 +339,10 @@ func (a *Array) writeParity(p []byte, off int64, fua bool) error {
 	}
 	sps = rest
 	// Stripes in parallel, a few at a time; each holds one stripe lock.
-	const par = 4
+	par := 4
+	if a.serial() {
+		par = 1
+	}
 	errs := make([]error, len(sps))
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup

@@ -111,6 +111,10 @@ func (a *Array) each(f func(m *member) error) []error {
 		if !present(m) {
 			continue
 		}
+		if a.serial() {
+			errs[r] = f(m)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

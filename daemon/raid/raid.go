@@ -153,6 +153,9 @@ type Policy struct {
 	Logger   *slog.Logger
 	Clock    clock.Clock
 	Listener EventListener
+
+	// replay: test-only scheduling knobs (background.go); nil here.
+	replay *replayKnobs
 }
 
 // AssembleOptions are Assemble's parameters.

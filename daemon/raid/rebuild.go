@@ -191,7 +191,7 @@ func (a *Array) resync() error {
 			continue
 		}
 		for s := int64(r) * rs; s < min(int64(r+1)*rs, a.geo.Stripes); s++ {
-			if a.bg.stopping() {
+			if a.bg.pass() {
 				return ErrStopped
 			}
 			if err := a.usable(); err != nil {
@@ -263,7 +263,7 @@ func (a *Array) rebuild(role int) error {
 	p := a.newProgress(RebuildProgress, fmt.Sprintf("rebuild member %d", role), role, total)
 	a.emit(Event{Kind: RebuildStarted, Member: role, Total: total, Reason: map[bool]string{true: "full", false: "delta"}[m.full]})
 	for s := m.recovery.Load(); s < a.geo.Stripes; s++ {
-		if a.bg.stopping() {
+		if a.bg.pass() {
 			return ErrStopped
 		}
 		if err := a.usable(); err != nil {

@@ -160,7 +160,7 @@ func (a *Array) scrub(repair bool) (bad int64, err error) {
 	}()
 	a.emit(Event{Kind: ScrubStarted, Member: -1, Total: p.total})
 	for s := int64(0); s < a.geo.Stripes; s++ {
-		if a.bg.stopping() {
+		if a.bg.pass() {
 			return bad, ErrStopped
 		}
 		if err := a.usable(); err != nil {
