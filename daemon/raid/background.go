@@ -113,6 +113,13 @@ func (b *background) loop() {
 		b.mu.Lock()
 		b.running = false
 		b.cur = ""
+		if b.stopped && t.kind == taskResync {
+			// Stopped (Close, Abort) maybe before it finished: still
+			// owed, so that Close neither clears the write-intent bits
+			// of stripes it did not reach nor records the array clean
+			// (TestCloseDuringResyncKeepsWriteIntentBits).
+			b.queue = append([]task{t}, b.queue...)
+		}
 		b.cond.Broadcast()
 		b.mu.Unlock()
 	}
