@@ -282,6 +282,7 @@ func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate) (m *membe
 	if st == roleRebuilding {
 		m.full = ref.RoleFull[r] != 0
 		m.recovery.Store(int64(ref.Recovery[r]))
+		m.durable.Store(int64(ref.Recovery[r]))
 		return m, true
 	}
 	return m, false

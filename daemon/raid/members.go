@@ -14,6 +14,10 @@ type member struct {
 	dev      blockdev.Device
 	state    atomic.Uint32 // roleActive, roleFailed, roleRebuilding, roleEmpty
 	recovery atomic.Int64  // rebuilding: stripes below this are in sync
+	// durable (rebuilding): the recovery position of the last checkpoint,
+	// when what the rebuild wrote below it was flushed; the superblocks
+	// record this one (a crash drops the rebuild's unflushed writes).
+	durable atomic.Int64
 	full     bool          // rebuilding: every stripe needs rebuilding
 	dirty    []bool        // rebuilding (delta): regions that need it
 	reason   string

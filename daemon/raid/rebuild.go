@@ -293,7 +293,7 @@ func (a *Array) rebuild(role int) error {
 				return err
 			}
 			if err == nil && n > 0 {
-				if err := a.rebuildStep(p, role, s+n-1, n); err != nil {
+				if err := a.rebuildStep(p, m, s+n-1, n); err != nil {
 					return err
 				}
 				s += n - 1
@@ -318,7 +318,7 @@ func (a *Array) rebuild(role int) error {
 		if err != nil {
 			return err
 		}
-		if err := a.rebuildStep(p, role, s, 1); err != nil {
+		if err := a.rebuildStep(p, m, s, 1); err != nil {
 			return err
 		}
 	}
@@ -358,13 +358,17 @@ func (a *Array) rebuild(role int) error {
 // this member and on the others it was computed from. A member whose
 // flush or superblock write fails is failed there; an error that stops
 // the array ends the rebuild.
-func (a *Array) rebuildStep(p *progress, role int, s, n int64) error {
+func (a *Array) rebuildStep(p *progress, m *member, s, n int64) error {
 	if !p.step(n * a.geo.ChunkSize) {
 		return nil
 	}
+	role, pos := m.role, m.recovery.Load()
 	if err := a.flushMembers(); err != nil {
 		return fmt.Errorf("member %d rebuild checkpoint at stripe %d: flush: %w", role, s, err)
 	}
+	// What the rebuild wrote below pos is durable now: the superblocks
+	// may say so (TestSuperblockDuringRebuildRecordsCheckpointedRecovery).
+	m.durable.Store(pos)
 	if err := a.writeSuperblocks(); err != nil {
 		return fmt.Errorf("member %d rebuild checkpoint at stripe %d: superblock: %w", role, s, err)
 	}

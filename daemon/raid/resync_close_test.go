@@ -1,6 +1,7 @@
 package raid
 
 import (
+	"fmt"
 	"math/rand"
 	"testing"
 
@@ -86,5 +87,51 @@ func TestCloseDuringResyncKeepsWriteIntentBits(t *testing.T) {
 			got := mustRead(t, c, last*g.StripeSize, int(g.StripeSize))
 			expectEqual(t, "the last stripe read with the member of its chunk 0 failed", got, want)
 		})
+	}
+}
+
+// A superblock written while a member rebuilds (here: another member's
+// ReAdd) must record the member's recovery position as of its last
+// checkpoint, not how far the rebuild wrote: those writes are not
+// flushed, and after a crash the stripes between would be served from
+// the member as in sync while a crash dropped what the rebuild wrote
+// there (raid6-6 seed 8203 of TestModelCrashWithMemberLoss: a block of
+// the rebuilt member read as neither its old nor its new value).
+func TestSuperblockDuringRebuildRecordsCheckpointedRecovery(t *testing.T) {
+	rng := rand.New(rand.NewSource(8))
+	ms := newMems(6, 768<<10)
+	cfg := testCfg(RAID6, nil)
+	cfg.Policy = steppedPolicy()
+	a := mustCreate(t, devs(ms), cfg)
+	g := a.Geometry()
+	mustWrite(t, a, 0, randBuf(rng, int(a.Size())))
+	a.FailMember(1, "test")
+	a.FailMember(4, "test")
+	want := randBuf(rng, int(8*g.StripeSize))
+	mustWrite(t, a, 0, want)
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReAdd(1, ms[1]); err != nil {
+		t.Fatal(err)
+	}
+	a.bg.step(2) // the rebuild's start and its first run of stripes
+	rec := a.member(1).recovery.Load()
+	if rec == 0 {
+		t.Fatalf("member 1's rebuild did not advance in two steps (task %q)", a.Status().Task)
+	}
+	if err := a.ReAdd(4, ms[4]); err != nil { // writes the superblocks
+		t.Fatal(err)
+	}
+	a.Abort()
+	for _, m := range ms {
+		m.Crash() // the rebuild's writes were not flushed
+	}
+	b := mustAssemble(t, devs(ms), AssembleOptions{Policy: quietPolicy(nil)})
+	b.WaitIdle()
+	got := mustRead(t, b, 0, len(want))
+	expectEqual(t, fmt.Sprintf("stripes 0-7 after a crash of member 1's rebuild (at stripe %d, not checkpointed)", rec), got, want)
+	if err := b.Check(); err != nil {
+		t.Error(err)
 	}
 }

@@ -39,7 +39,7 @@ func (a *Array) writeSuperblocks() error {
 				}
 			}
 			if st == roleRebuilding {
-				base.Recovery[r] = uint64(m.recovery.Load())
+				base.Recovery[r] = uint64(m.durable.Load())
 				if m.full {
 					base.RoleFull[r] = 1
 				}
