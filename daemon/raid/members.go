@@ -18,9 +18,9 @@ type member struct {
 	// when what the rebuild wrote below it was flushed; the superblocks
 	// record this one (a crash drops the rebuild's unflushed writes).
 	durable atomic.Int64
-	full     bool          // rebuilding: every stripe needs rebuilding
-	dirty    []bool        // rebuilding (delta): regions that need it
-	reason   string
+	full    bool   // rebuilding: every stripe needs rebuilding
+	dirty   []bool // rebuilding (delta): regions that need it
+	reason  string
 	// lat: moving average of this member's request time in ns (fanout.go).
 	lat atomic.Int64
 	// late: requests abandoned at a deadline that have not ended yet
