@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"tier0/internal/units"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -284,7 +285,7 @@ func (r *runner) failover() error {
 	if len(ackProbs) > 0 {
 		r.check(CheckAckVerified, bench.Fail, strings.Join(ackProbs, "; "))
 	} else {
-		r.check(CheckAckVerified, bench.Pass, fmt.Sprintf("%d blocks read during the failover and all %d blocks written then (%s acknowledged) verify", rr.Verify.Checked, vr.Verify.Checked, fmtBytes(rw.Bytes)))
+		r.check(CheckAckVerified, bench.Pass, fmt.Sprintf("%d blocks read during the failover and all %d blocks written then (%s acknowledged) verify", rr.Verify.Checked, vr.Verify.Checked, units.FormatBytes(rw.Bytes)))
 	}
 	if werr != nil {
 		return fmt.Errorf("failover did not complete within %s: %w", r.t.failover, werr)
@@ -530,7 +531,7 @@ func (r *runner) finalVerify() {
 	case res.VerifyErr() != nil:
 		r.check(CheckFinalVerify, bench.Fail, res.VerifyErr().Error())
 	default:
-		r.check(CheckFinalVerify, bench.Pass, fmt.Sprintf("%d blocks (%s) on %d arrays verify, in %.1f s", res.Verify.Checked, fmtBytes(res.Bytes), len(res.Targets), time.Since(t0).Seconds()))
+		r.check(CheckFinalVerify, bench.Pass, fmt.Sprintf("%d blocks (%s) on %d arrays verify, in %.1f s", res.Verify.Checked, units.FormatBytes(res.Bytes), len(res.Targets), time.Since(t0).Seconds()))
 	}
 }
 

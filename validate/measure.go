@@ -173,7 +173,7 @@ func (r *runner) fill() error {
 		r.check(CheckFill, bench.Fail, err.Error())
 		return err
 	}
-	r.check(CheckFill, bench.Pass, fmt.Sprintf("%d arrays, %s in %.1f s (%.0f MiB/s)", len(r.arrays), fmtBytes(res.Bytes), time.Since(t0).Seconds(), res.BytesPerSecond()/(1<<20)))
+	r.check(CheckFill, bench.Pass, fmt.Sprintf("%d arrays, %s in %.1f s (%.0f MiB/s)", len(r.arrays), units.FormatBytes(res.Bytes), time.Since(t0).Seconds(), res.BytesPerSecond()/(1<<20)))
 	return r.ctx.Err()
 }
 
@@ -189,10 +189,6 @@ func (r *runner) idleCPU() {
 	sleepCtx(r.ctx, d)
 	r.res.Run.IdleCPU = &bench.CPUCost{Processes: r.cpu.Since(before, r.cpu.Read()), WallS: time.Since(t0).Seconds()}
 }
-
-// fmtBytes is the one byte formatter, units.FormatBytes, under the name
-// this package's messages use.
-var fmtBytes = units.FormatBytes
 
 // driveFile is one drive of the raw bench.
 type driveFile struct {

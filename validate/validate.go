@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"tier0/internal/units"
 	"time"
 
 	"tier0/bench"
@@ -209,7 +210,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		r.res.Run.Arrays = append(r.res.Run.Arrays, bench.ArrayShape{Name: a.Name, Level: a.Level, Data: len(a.Members) - a.Parity(), Parity: a.Parity()})
 	}
 	if o.Short {
-		r.res.Run.Notes = append(r.res.Run.Notes, fmt.Sprintf("short run (--short): %s per scenario, the first %s of each array filled, measured and verified", r.t.bench, fmtBytes(r.t.region)))
+		r.res.Run.Notes = append(r.res.Run.Notes, fmt.Sprintf("short run (--short): %s per scenario, the first %s of each array filled, measured and verified", r.t.bench, units.FormatBytes(r.t.region)))
 	}
 	r.res.Run.Repeat = r.t.repeat
 	r.res.Run.Model = modelInfo(r.cfg, o.Local)
