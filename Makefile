@@ -9,6 +9,9 @@ TESTFLAGS ?= -race -timeout 28m
 # SIM_SOAK_SEEDS more when set, or seeds for SIM_SOAK_FOR (a duration, e.g.
 # 1h) with the table per fault kind and overlap (docs/RELIABILITY.md).
 SIM_SEEDS ?= 1000
+# Seeds per configuration of the RAID crash-with-loss model (daemon/raid,
+# replayable) that make test runs without the race detector (go test: 1).
+RAID_CRASHLOSS_SEEDS ?= 40
 SIM_SOAK_SEEDS ?=
 SIM_SOAK_FOR ?=
 export GOFLAGS := -buildvcs=false
@@ -29,6 +32,7 @@ test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	$(GO) test -count=1 -timeout 20m -run TestSimSeeds ./reliability/sim/ -sim.seeds=$(SIM_SEEDS)
+	$(GO) test -count=1 -timeout 10m -run TestModelCrashWithMemberLoss ./daemon/raid/ -args -raid.crashloss.seeds=$(RAID_CRASHLOSS_SEEDS)
 	./scripts/fuzz.sh
 
 # A bounded run of every fuzz target (FUZZTIME per target, default 20000x).
