@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"fmt"
+
 	"slices"
 	"strings"
 	"testing"
@@ -53,109 +53,71 @@ func TestArrayShow(t *testing.T) {
 	mustContain(t, errOut, `array "zz" does not exist`, "the arrays are: a, b, c")
 }
 
-// site5 is a copy of the shipped 5-node local site configuration with
-// its array lines replaced by arrays.
-func site5(t *testing.T, arrays string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "site-configs", "local-5node.yaml"))
-	if err != nil {
-		t.Skipf("site-configs/local-5node.yaml: %v", err)
+// CreateArray and DeleteArray make the fake an api.ArrayProvisioner.
+func (f *fakeBackend) CreateArray(_ context.Context, req api.ArrayCreate) (api.OnlineArray, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return api.OnlineArray{}, err
 	}
-	s := string(b)
-	i, j := strings.Index(s, "arrays:\n"), strings.Index(s, "fabrics:")
-	if i < 0 || j < i {
-		t.Fatal("local-5node.yaml has no arrays: section before fabrics:")
+	f.calls = append(f.calls, fmt.Sprintf("create %s %s %d home=%s chunk=%d novol=%v", req.Name, req.Level, req.Members, req.Home, req.ChunkKiB, req.NoVolume))
+	if req.Level != "raid5" && req.Level != "raid6" {
+		return api.OnlineArray{}, fmt.Errorf("--level %q: want raid5 or raid6: %w", req.Level, api.ErrBadRequest)
 	}
-	s = s[:i] + "arrays:\n" + arrays + "\n" + s[j:]
-	s = strings.Replace(s, "${TIER0_WORK:-tier0-work}", t.TempDir(), 1)
-	p := filepath.Join(t.TempDir(), "site.yaml")
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return api.OnlineArray{Name: req.Name, Level: req.Level, ChunkKiB: 128, Home: "A", Members: []string{"B4", "C4", "D4", "E4"}[:req.Members], Phase: "active"}, nil
 }
 
-func TestArrayCreateWithoutSite(t *testing.T) {
-	if _, err := os.Stat(defaultSiteFile); err == nil {
-		t.Skipf("%s exists here", defaultSiteFile)
+func (f *fakeBackend) DeleteArray(_ context.Context, name string, force bool) (api.OnlineArray, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("delete %s force=%v", name, force))
+	h := api.VolumeHolder{HostNQN: "nqn.h1", HostID: "ab", Node: "B"}
+	if !force {
+		return api.OnlineArray{}, fmt.Errorf("array %s is in use: its volumes v1; hosts use it: nqn.h1 connected through node B; or delete with --force: %w", name, api.ErrConflict)
 	}
-	out, errOut, code := runCLI(t, nil, "array", "create", "x", "--home", "A", "--members", "B3,C3,D3,E3")
-	if code != exitUnsupported {
-		t.Fatalf("exit %d, want %d: %s", code, exitUnsupported, errOut)
-	}
-	mustContain(t, out, "in this release arrays are defined in the site configuration; the management API cannot create them",
-		"To create array x:", "add to the arrays: list of the site configuration (/etc/tier0/site.yaml):",
-		"- {name: x, level: raid5, home: A, members: [B3, C3, D3, E3]}",
-		"copy the edited file to every node", "restart tier0d one node at a time")
-	mustContain(t, errOut, "editing the site configuration")
-	_, errOut, code = runCLI(t, nil, "array", "create", "x")
-	if code != 1 || !strings.Contains(errOut, "--home NODE is required") {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	return api.OnlineArray{Name: name, Level: "raid5", Members: []string{"B4", "C4", "D4"}, Phase: "deleted", Volumes: []string{"v1"}, Holders: []api.VolumeHolder{h}}, nil
 }
 
-func TestArrayCreateChecksSite(t *testing.T) {
-	// Arrays A and B use drive 1 and 2 of their nodes, placed by hand;
-	// C is automatic; drives 4 are free.
-	site := site5(t, `  - {name: A, level: raid5, home: A, members: [B1, C1, D1, E1]}
-  - {name: B, level: raid5, home: B, members: [A2, C2, D2, E2]}
-  - {name: C, level: raid5, home: C, members: auto, width: 4}`)
-	out, errOut, code := runCLI(t, nil, "array", "create", "N", "--site", site, "--home", "A", "--members", "B4,C4,D4,E4", "--chunk-kib", "64")
-	if code != exitUnsupported {
-		t.Fatalf("exit %d: %s\n%s", code, out, errOut)
+// TestArrayCreateDeleteOnline: create and delete go through the API
+// (before issue 16 they printed a site-file plan and exited 2).
+func TestArrayCreateDeleteOnline(t *testing.T) {
+	f := newFakeBackend()
+	url := serveFake(t, f)
+	out, errOut, code := runCLI(t, nil, "array", "create", "p1", "--members", "4", "--level", "raid6", "--api", url, "--token", testToken)
+	if code != 0 {
+		t.Fatalf("create: exit %d: %s", code, errOut)
 	}
-	mustContain(t, out, "To create array N:",
-		"1. in "+site+", write out the members of the automatically placed arrays",
-		"- {name: C, level: raid5, chunk_kib: 128, home: C, members: [",
-		"2. add to the arrays: list of "+site+":",
-		"- {name: N, level: raid5, chunk_kib: 64, home: A, members: [B4, C4, D4, E4]}",
-		"3. check it: tier0 config validate "+site)
-
-	// Automatic placement of the new array is resolved and shown.
-	out, _, code = runCLI(t, nil, "array", "create", "N", "--site", site, "--home", "E", "--width", "3", "--json")
-	var p arrayPlan
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		t.Fatalf("%v:\n%s", err, out)
+	mustContain(t, out, "array p1 created: raid6, chunk 128 KiB, home A, members B4 C4 D4 E4", "tier0 array show p1")
+	out, _, code = runCLI(t, nil, "array", "create", "p2", "--members", "3", "--home", "B", "--chunk-kib", "64", "--no-volume", "--json", "--api", url, "--token", testToken)
+	var a api.OnlineArray
+	if err := json.Unmarshal([]byte(out), &a); err != nil || code != 0 || a.Name != "p2" || len(a.Members) != 3 || a.Phase != "active" {
+		t.Fatalf("create --json: exit %d %v: %s", code, err, out)
 	}
-	if p.Supported || p.Action != "create" || !strings.Contains(p.Entry, "home: E, members: [") || len(p.Freeze) != 1 {
-		t.Fatalf("plan %+v", p)
+	_, errOut, code = runCLI(t, nil, "array", "create", "p3", "--members", "3", "--level", "raid7", "--api", url, "--token", testToken)
+	if code != 1 || !strings.Contains(errOut, `--level "raid7": want raid5 or raid6`) {
+		t.Fatalf("bad level: exit %d: %s", code, errOut)
 	}
-	if code != exitUnsupported || len(p.Problems) != 0 {
-		t.Fatalf("exit %d, problems %q: free drives 3 and 4 should do", code, p.Problems)
+	_, errOut, code = runCLI(t, nil, "array", "create", "p3", "--api", url, "--token", testToken)
+	if code != 1 || !strings.Contains(errOut, "--members N is required") {
+		t.Fatalf("no --members: exit %d: %s", code, errOut)
 	}
-
-	// A drive another array uses, an existing name, a bad home.
-	out, errOut, code = runCLI(t, nil, "array", "create", "A", "--site", site, "--home", "Z", "--members", "B1,C4,D4")
+	_, errOut, code = runCLI(t, nil, "array", "create", "p3", "--members", "3", "--api", url)
+	if code != 1 || !strings.Contains(errOut, "401") {
+		t.Fatalf("no token: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = runCLI(t, nil, "array", "delete", "p1", "--api", url, "--token", testToken)
 	if code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s\n%s", code, out, errOut)
+		t.Fatalf("delete in use: exit %d: %s", code, errOut)
 	}
-	mustContain(t, out, "would be wrong:", `duplicate array name "A"`, `node "Z" is not defined`, "drive B1 already holds array(s) A")
-	mustContain(t, errOut, "problem(s)")
-}
-
-func TestArrayDelete(t *testing.T) {
-	site := site5(t, `  - {name: A, level: raid5, home: A, members: [B1, C1, D1, E1]}
-  - {name: B, level: raid5, home: B, members: [A2, C2, D2, E2]}
-  - {name: S, level: raid5, home: C, members: [A2, B2, D3, E3]}`)
-	out, errOut, code := runCLI(t, nil, "array", "delete", "A", "--site", site)
-	if code != exitUnsupported {
-		t.Fatalf("exit %d: %s\n%s", code, out, errOut)
+	mustContain(t, errOut, "array p1 is in use", "nqn.h1 connected through node B", "--force")
+	out, errOut, code = runCLI(t, nil, "array", "delete", "p1", "--force", "--api", url, "--token", testToken)
+	if code != 0 {
+		t.Fatalf("delete --force: exit %d: %s", code, errOut)
 	}
-	mustContain(t, out, "cannot delete them", "remove this entry from the arrays: list of "+site,
-		"- {name: A, level: raid5, chunk_kib: 128, home: A, members: [B1, C1, D1, E1]}",
-		"nvme disconnect -n nqn.2026-11.io.tier0:local:array-a", "restart tier0d one node at a time", "not erased")
-	// B shares A2 with S: deleting B would move S's extent.
-	out, _, code = runCLI(t, nil, "array", "delete", "B", "--site", site, "--json")
-	var p arrayPlan
-	if err := json.Unmarshal([]byte(out), &p); err != nil || code != 1 {
-		t.Fatalf("exit %d, %v:\n%s", code, err, out)
-	}
-	if len(p.Problems) != 1 || !strings.Contains(p.Problems[0], "drive A2 is shared by arrays B, S") {
-		t.Fatalf("problems %q", p.Problems)
-	}
-	_, errOut, code = runCLI(t, nil, "array", "delete", "nope", "--site", site)
-	if code != 1 || !strings.Contains(errOut, `array "nope" is not defined`) || !strings.Contains(errOut, "A, B, S") {
-		t.Fatalf("exit %d: %s", code, errOut)
+	mustContain(t, out, "array p1 deleted; drives B4 C4 D4 are free", "volumes removed: v1", "was in use by: nqn.h1 connected through node B")
+	want := []string{"create p1 raid6 4 home= chunk=0 novol=false", "create p2 raid5 3 home=B chunk=64 novol=true", "create p3 raid7 3 home= chunk=0 novol=false", "delete p1 force=false", "delete p1 force=true"}
+	if got := f.mutations(); !slices.Equal(got, want) {
+		t.Fatalf("backend saw %q\nwant %q", got, want)
 	}
 }
 

@@ -98,6 +98,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if v, ok := b.(Volumer); ok {
 		s.volumeRoutes(v) // volumes.go
 	}
+	if p, ok := b.(ArrayProvisioner); ok {
+		s.arrayRoutes(p) // arrays_online.go
+	}
 	if sc, ok := b.(SiteConfiger); ok {
 		s.siteConfigRoutes(sc) // siteconfig.go
 	}

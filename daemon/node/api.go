@@ -61,7 +61,7 @@ func (n *Node) ownerReports(ctx context.Context) []api.OwnerReport {
 		return nil
 	}
 	var out []api.OwnerReport
-	for _, a := range n.cfg.Arrays {
+	for _, a := range n.managedArrays() {
 		b, ok := raw[a.Name]
 		if !ok {
 			continue
@@ -272,7 +272,7 @@ func (n *Node) arraysWith(drive string) ([]string, error) {
 		return nil, fmt.Errorf("drive %q is not in the site config: %w", drive, api.ErrNotFound)
 	}
 	var out []string
-	for _, a := range n.cfg.Arrays {
+	for _, a := range n.managedArrays() {
 		if slices.Contains(a.Members, drive) {
 			out = append(out, a.Name)
 		}

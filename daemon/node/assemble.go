@@ -195,7 +195,7 @@ type Rejection = raid.Rejection
 // array comes back on its own once enough members return. It skips an
 // array whose task lock is busy (an action is running on it).
 func (n *Node) retryFailed(ctx context.Context) {
-	for _, s := range n.arrayList {
+	for _, s := range n.servedAll() {
 		if !s.arrayFailed() && !n.isFenced() && s.mu.TryLock() {
 			n.readdMissingLocked(ctx, s)
 			s.mu.Unlock()

@@ -202,6 +202,7 @@ func (n *Node) coordinate(ctx context.Context) error {
 			}
 			step(ev)
 		case <-tick.C():
+			n.syncMachineOnline(m, step) // arrays created or deleted online
 			m.Tick()
 			for name := range live {
 				step(cluster.Heartbeat{Node: name})
@@ -244,22 +245,18 @@ func (n *Node) restoreEvents(ctx context.Context, alive map[string]store.NodeInf
 		}
 		evs = append(evs, cluster.NodeJoined{Node: c.Name, Domain: c.Domain, Drives: drives})
 	}
-	for _, a := range n.cfg.Arrays {
-		lvl, err := cluster.ParseLevel(a.Level)
+	managed := n.managedArrays() // the site file's, then the online ones
+	for _, a := range managed {
+		ev, err := n.arrayDefined(a)
 		if err != nil {
 			n.log.Warn("array not managed by the failover machine", "array", a.Name, "err", err)
 			continue
 		}
-		var ms []cluster.MemberSpec
-		for _, d := range a.Members {
-			node, _, _ := n.cfg.Drive(d)
-			ms = append(ms, cluster.MemberSpec{Drive: d, Node: node.Name})
-		}
-		evs = append(evs, cluster.ArrayDefined{Name: a.Name, Level: lvl, Home: a.Home, Members: ms})
+		evs = append(evs, ev)
 	}
 	var last clusterView
 	_, _ = n.st.Get(ctx, store.Observed, "cluster", "view", &last)
-	for _, a := range n.cfg.Arrays {
+	for _, a := range managed {
 		if _, err := cluster.ParseLevel(a.Level); err != nil {
 			continue
 		}

@@ -252,60 +252,9 @@ func (n *Node) startFrontend(ctx context.Context) error {
 		return fmt.Errorf("fabrics.frontend: %w", err)
 	}
 	for i := range n.cfg.Arrays {
-		a := &n.cfg.Arrays[i]
-		size, bs, err := n.plannedSize(a)
-		for wait := n.clk().Now(); err != nil && n.clk().Since(wait) < time.Minute; size, bs, err = n.plannedSize(a) {
-			// Sizes of remote drives arrive as their nodes start.
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-n.clk().After(time.Second):
-			}
-		}
-		if err != nil {
+		if _, err := n.serveArray(ctx, t, auth, &n.cfg.Arrays[i]); err != nil {
 			return err
 		}
-		s := &served{n: n, cfg: a, nqn: n.cfg.SubsystemNQN(a.Name), gate: &gate{size: size, bs: bs, held: n.leaseHeld}, ana: nvme.ANAInaccessible, pending: map[int]string{}}
-		sc := target.SubsystemConfig{
-			NQN:       s.nqn,
-			Model:     "tier0 array " + a.Name,
-			ANAStates: map[uint32]nvme.ANAState{anaGroup: nvme.ANAInaccessible},
-			DHCHAP:    auth,
-		}
-		if n.st != nil {
-			s.resv = &clusterResv{s: s, rs: store.NewReservations(n.st.Client(), n.key())}
-			sc.Reservations = s.resv
-		}
-		if len(n.cfg.Fabrics.Frontend.AllowHosts) > 0 {
-			sc.AllowedHosts = n.cfg.Fabrics.Frontend.AllowHosts
-		} else {
-			sc.AllowAnyHost = true
-		}
-		if err := t.AddSubsystem(sc); err != nil {
-			return fmt.Errorf("frontend subsystem %s: %w", s.nqn, err)
-		}
-		// A pool with volume records serves its carved volumes (added by
-		// the first reconcile, volumes.go), never the implicit one again.
-		pool, err := n.poolRecord(ctx, a)
-		if err != nil {
-			return err
-		}
-		if pool.Revision == 0 {
-			if err := t.AddNamespace(s.nqn, target.NamespaceConfig{
-				NSID: frontendNSID,
-				// Under a local site's link model the frontend's bytes are
-				// charged to the node's link, like its drives' (docs/BENCH.md).
-				Device:   blockdev.LinkCharged(s.gate, nil, blockdev.SharedLink(n.cfg.Cluster+"/"+n.me.Name, n.cfg.LinkOf(n.me.Name))),
-				NGUID:    derive16("array", n.cfg.Cluster, a.Name),
-				UUID:     derive16("array-uuid", n.cfg.Cluster, a.Name),
-				ANAGroup: anaGroup,
-			}); err != nil {
-				return fmt.Errorf("frontend namespace of array %s: %w", a.Name, err)
-			}
-			s.implicit = true
-		}
-		n.arrays[a.Name] = s
-		n.arrayList = append(n.arrayList, s)
 	}
 	if err := t.Start(); err != nil {
 		return fmt.Errorf("frontend target on %s: %w", n.me.ListenAddr(n.me.Frontend), err)
@@ -314,6 +263,86 @@ func (n *Node) startFrontend(ctx context.Context) error {
 	if n.st != nil {
 		go n.watchReservations(ctx, store.NewReservations(n.st.Client(), n.key()))
 		go n.watchVolumes(ctx)
+		n.startOnline(ctx, auth) // arrays_online.go
+	}
+	return nil
+}
+
+// serveArray adds array a's frontend subsystem to t (its namespace
+// inaccessible until this node owns it) and to the served arrays.
+func (n *Node) serveArray(ctx context.Context, t *target.Target, auth target.DHCHAPConfig, a *config.Array) (*served, error) {
+	size, bs, err := n.plannedSize(a)
+	for wait := n.clk().Now(); err != nil && n.clk().Since(wait) < time.Minute; size, bs, err = n.plannedSize(a) {
+		// Sizes of remote drives arrive as their nodes start.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-n.clk().After(time.Second):
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &served{n: n, cfg: a, nqn: n.cfg.SubsystemNQN(a.Name), gate: &gate{size: size, bs: bs, held: n.leaseHeld}, ana: nvme.ANAInaccessible, pending: map[int]string{}}
+	sc := target.SubsystemConfig{
+		NQN:       s.nqn,
+		Model:     "tier0 array " + a.Name,
+		ANAStates: map[uint32]nvme.ANAState{anaGroup: nvme.ANAInaccessible},
+		DHCHAP:    auth,
+	}
+	if n.st != nil {
+		s.resv = &clusterResv{s: s, rs: store.NewReservations(n.st.Client(), n.key())}
+		sc.Reservations = s.resv
+	}
+	if len(n.cfg.Fabrics.Frontend.AllowHosts) > 0 {
+		sc.AllowedHosts = n.cfg.Fabrics.Frontend.AllowHosts
+	} else {
+		sc.AllowAnyHost = true
+	}
+	if err := t.AddSubsystem(sc); err != nil {
+		return nil, fmt.Errorf("frontend subsystem %s: %w", s.nqn, err)
+	}
+	// A pool with volume records serves its carved volumes (added by
+	// the first reconcile, volumes.go), never the implicit one again.
+	pool, err := n.poolRecord(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	if pool.Revision == 0 {
+		if err := t.AddNamespace(s.nqn, target.NamespaceConfig{
+			NSID: frontendNSID,
+			// Under a local site's link model the frontend's bytes are
+			// charged to the node's link, like its drives' (docs/BENCH.md).
+			Device:   blockdev.LinkCharged(s.gate, nil, blockdev.SharedLink(n.cfg.Cluster+"/"+n.me.Name, n.cfg.LinkOf(n.me.Name))),
+			NGUID:    derive16("array", n.cfg.Cluster, a.Name),
+			UUID:     derive16("array-uuid", n.cfg.Cluster, a.Name),
+			ANAGroup: anaGroup,
+		}); err != nil {
+			return nil, fmt.Errorf("frontend namespace of array %s: %w", a.Name, err)
+		}
+		s.implicit = true
+	}
+	n.addServed(s)
+	return s, nil
+}
+
+// addServed makes s one of the served arrays.
+func (n *Node) addServed(s *served) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.arrays[s.cfg.Name] = s
+	var l []*served
+	if p := n.arrayList.Load(); p != nil {
+		l = append(l, *p...)
+	}
+	l = append(l, s)
+	n.arrayList.Store(&l)
+}
+
+// servedAll is every served array (site file's first, in config order).
+func (n *Node) servedAll() []*served {
+	if p := n.arrayList.Load(); p != nil {
+		return *p
 	}
 	return nil
 }

@@ -77,11 +77,15 @@ type Node struct {
 	leaseGen atomic.Uint64 // counts lease registrations
 	// fences counts this process's self-fences: with started it names the
 	// registration that publishes the arrays' observed records.
-	fences    atomic.Uint64
-	lease     leaseSlot      // the current lease, for the per-request check
-	bg        sync.WaitGroup // background reports and records (goBG)
-	out       outbox         // reports not yet in the store (outbox.go)
-	arrayList []*served      // the arrays in config order, fixed once the frontend started
+	fences atomic.Uint64
+	lease  leaseSlot      // the current lease, for the per-request check
+	bg     sync.WaitGroup // background reports and records (goBG)
+	out    outbox         // reports not yet in the store (outbox.go)
+	// arrayList is every served array, site file's first in config order,
+	// then the online ones as they were added (arrays_online.go); replaced
+	// whole (copy on write) under mu, read without a lock (servedAll).
+	arrayList atomic.Pointer[[]*served]
+	online    *onlineArrays // the arrays created online (arrays_online.go)
 	started   time.Time
 	coord     bool   // this node is the coordinator now
 	lastView  string // last published cluster view, without its time

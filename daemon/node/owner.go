@@ -242,10 +242,10 @@ func (n *Node) selfFence(reason string) {
 	n.fenced.Store(true)
 	gen := n.leaseGen.Load()
 	err := n.fenceErr()
-	for _, s := range n.arrayList {
+	for _, s := range n.servedAll() {
 		s.gate.block(err)
 	}
-	for _, s := range n.arrayList {
+	for _, s := range n.servedAll() {
 		if aerr := s.setANA(nvme.ANAInaccessible); aerr != nil {
 			n.log.Warn("self-fence: ANA change failed (the gate refuses I/O regardless)", "array", s.cfg.Name, "err", aerr)
 		}
@@ -254,7 +254,7 @@ func (n *Node) selfFence(reason string) {
 	if n.metrics != nil {
 		n.metrics.Fenced.Set(1)
 	}
-	for _, s := range n.arrayList {
+	for _, s := range n.servedAll() {
 		n.goBG(func() { s.stopFenced(gen) })
 	}
 }

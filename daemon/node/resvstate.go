@@ -141,14 +141,14 @@ func (s *served) syncReservation() error {
 // acknowledges each revision once the target enforces it. It runs until
 // ctx ends.
 func (n *Node) watchReservations(ctx context.Context, rs *store.Reservations) {
-	byNQN := map[string]*served{}
-	for _, s := range n.arrayList {
-		if _, ok := s.resv.(*clusterResv); ok {
-			byNQN[s.nqn] = s
+	// Looked up per change: arrays created online join while this runs.
+	byNQN := func(nqn string) *served {
+		for _, s := range n.servedAll() {
+			if _, ok := s.resv.(*clusterResv); ok && s.nqn == nqn {
+				return s
+			}
 		}
-	}
-	if len(byNQN) == 0 {
-		return
+		return nil
 	}
 	apply := func(s *served, rec store.ResvRecord) {
 		st, err := decodeResv(rec)
@@ -173,7 +173,10 @@ func (n *Node) watchReservations(ctx context.Context, rs *store.Reservations) {
 		wctx, cancel := context.WithCancel(ctx)
 		w := rs.Watch(wctx, 0)
 		// what changed before the watch started
-		for _, s := range byNQN {
+		for _, s := range n.servedAll() {
+			if _, ok := s.resv.(*clusterResv); !ok {
+				continue
+			}
 			gctx, gcancel := context.WithTimeout(ctx, resvIOTimeout)
 			rec, err := rs.Get(gctx, s.nqn, frontendNSID)
 			gcancel()
@@ -182,7 +185,7 @@ func (n *Node) watchReservations(ctx context.Context, rs *store.Reservations) {
 			}
 		}
 		for rec := range w {
-			if s := byNQN[rec.SubNQN]; s != nil && rec.Value != nil {
+			if s := byNQN(rec.SubNQN); s != nil && rec.Value != nil {
 				apply(s, rec)
 			}
 		}

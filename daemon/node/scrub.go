@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"tier0/daemon/api"
+	"tier0/daemon/config"
 	"tier0/daemon/raid"
 )
 
@@ -142,7 +144,7 @@ func (n *Node) scrubDue(now time.Time) {
 	if every <= 0 {
 		return
 	}
-	for _, s := range n.arrayList {
+	for _, s := range n.servedAll() {
 		if s.arrayFailed() || n.isFenced() || !s.mu.TryLock() {
 			continue
 		}
@@ -178,12 +180,13 @@ func (n *Node) scrubDue(now time.Time) {
 
 // ScrubArray implements api.Scrubber: it asks the array's owner to scrub it.
 func (n *Node) ScrubArray(ctx context.Context, name string, repair bool) error {
-	if _, ok := n.cfg.Array(name); !ok {
+	managed := n.managedArrays()
+	if !slices.ContainsFunc(managed, func(a config.Array) bool { return a.Name == name }) {
 		var names []string
-		for _, a := range n.cfg.Arrays {
+		for _, a := range managed {
 			names = append(names, a.Name)
 		}
-		return fmt.Errorf("array %q is not in the site config; expected one of %s: %w", name, strings.Join(names, ", "), api.ErrNotFound)
+		return fmt.Errorf("array %q is not in the site config nor created online; expected one of %s: %w", name, strings.Join(names, ", "), api.ErrNotFound)
 	}
 	a, err := n.Array(ctx, name)
 	if err != nil {

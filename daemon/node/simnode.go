@@ -51,8 +51,7 @@ func NewSimNode(opts Options) (*SimNode, error) {
 		}
 		// As startFrontend, without the target.
 		s := &served{n: n, cfg: a, nqn: n.cfg.SubsystemNQN(a.Name), gate: &gate{size: size, bs: bs, held: n.leaseHeld}, ana: nvme.ANAInaccessible, pending: map[int]string{}}
-		n.arrays[a.Name] = s
-		n.arrayList = append(n.arrayList, s)
+		n.addServed(s)
 	}
 	return &SimNode{n: n}, nil
 }
@@ -155,7 +154,7 @@ func (s *SimNode) Quiesce(timeout time.Duration) bool {
 		// pending clears in the goroutine that reports the task's end.
 		return arr != nil && (pending > 0 || arr.Status().Task != "")
 	}
-	for _, sv := range s.n.arrayList {
+	for _, sv := range s.n.servedAll() {
 		for busy(sv) {
 			if time.Now().After(deadline) {
 				return false
@@ -170,7 +169,7 @@ func (s *SimNode) Quiesce(timeout time.Duration) bool {
 // Stop aborts every array without writing (after a kill: the simulation
 // has already cut the node off) and waits for the background work.
 func (s *SimNode) Stop() {
-	for _, sv := range s.n.arrayList {
+	for _, sv := range s.n.servedAll() {
 		sv.stop(true)
 	}
 	s.n.bg.Wait()

@@ -179,6 +179,7 @@ func (n *Node) taskLoop(ctx context.Context) error {
 // perform runs one task.
 func (n *Node) perform(ctx context.Context, t task) {
 	var err error
+	n.catchUpOnline(ctx, t.Action)
 	switch t.Kind {
 	case "fence":
 		var a cluster.Fence

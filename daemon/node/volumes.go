@@ -239,7 +239,7 @@ func (n *Node) reconcileVolumes(ctx context.Context) error {
 		return err
 	}
 	var errs []error
-	for _, s := range n.arrayList {
+	for _, s := range n.servedAll() {
 		p, ok := pools[s.cfg.Name]
 		if !ok {
 			continue

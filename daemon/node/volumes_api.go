@@ -189,7 +189,7 @@ func (n *Node) Volumes(ctx context.Context) ([]api.Volume, error) {
 		return nil, apiErr(err)
 	}
 	var out []api.Volume
-	for _, s := range n.arrayList {
+	for _, s := range n.servedAll() {
 		p, ok := pools[s.cfg.Name]
 		if !ok {
 			v := n.implicitVolume(s)
@@ -207,12 +207,12 @@ func (n *Node) Volumes(ctx context.Context) ([]api.Volume, error) {
 func (n *Node) lookupVolume(ctx context.Context, vs *store.Volumes, name string) (store.Volume, *served, error) {
 	p, v, err := vs.Find(ctx, name)
 	if err == nil {
-		return *v, n.arrays[p.Name], nil
+		return *v, n.served(p.Name), nil
 	}
 	if !errors.Is(err, store.ErrNotFound) {
 		return store.Volume{}, nil, apiErr(err)
 	}
-	if s, ok := n.arrays[name]; ok {
+	if s := n.served(name); s != nil {
 		p, err := vs.Pool(ctx, name)
 		if err != nil {
 			return store.Volume{}, nil, apiErr(err)
@@ -252,9 +252,9 @@ func (n *Node) CreateVolume(ctx context.Context, name, pool string, size int64, 
 	if err != nil {
 		return api.Volume{}, err
 	}
-	if _, ok := n.arrays[pool]; !ok {
+	if n.served(pool) == nil {
 		var names []string
-		for _, s := range n.arrayList {
+		for _, s := range n.servedAll() {
 			names = append(names, s.cfg.Name)
 		}
 		return api.Volume{}, fmt.Errorf("pool %q is not an array of this cluster (arrays: %s): %w", pool, strings.Join(names, ", "), api.ErrNotFound)
@@ -273,7 +273,7 @@ func (n *Node) SetVolumeHosts(ctx context.Context, name string, hosts []string) 
 	if err != nil {
 		return api.Volume{}, err
 	}
-	if _, ok := n.arrays[name]; ok {
+	if n.served(name) != nil {
 		if p, err := vs.Pool(ctx, name); err == nil && p.Revision == 0 {
 			return api.Volume{}, fmt.Errorf("volume %s is pool %s's implicit whole-array volume, which every host the subsystem admits sees (fabrics.frontend.allow_hosts); carve the pool into volumes to limit hosts per volume: %w", name, name, api.ErrConflict)
 		}
