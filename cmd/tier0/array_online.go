@@ -116,6 +116,13 @@ func printOnlineArray(w io.Writer, a api.OnlineArray) error {
 		fmt.Fprintf(w, "every node serves it; its home assembles it: `tier0 array show %s`\n", a.Name)
 	case "deleted":
 		fmt.Fprintf(w, "array %s deleted; drives %s are free\n", a.Name, strings.Join(a.Members, " "))
+	case "deleting":
+		if len(a.Unwiped) == 0 {
+			fmt.Fprintf(w, "array %s deleting: stopped on %s, wiped on %s; run the delete again to follow it\n", a.Name, orDash(strings.Join(a.Stopped, " ")), orDash(strings.Join(a.Wiped, " ")))
+			break
+		}
+		fmt.Fprintf(w, "array %s deleted from every live node; %s keep its superblock until their node returns and wipes them: until then those drives and the name %s stay taken (start the node; `tier0 array delete %s` again shows it)\n",
+			a.Name, strings.Join(a.Unwiped, ", "), a.Name, a.Name)
 	default:
 		fmt.Fprintf(w, "array %s %s: stopped on %s, wiped on %s; run the delete again to follow it\n", a.Name, a.Phase, orDash(strings.Join(a.Stopped, " ")), orDash(strings.Join(a.Wiped, " ")))
 	}

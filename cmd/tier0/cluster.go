@@ -32,9 +32,6 @@ import (
 // Exit codes of the management verbs (besides 0 for success and 1 for an
 // error or a refused request).
 const (
-	// exitUnsupported: the request is not something the API does in this
-	// release (array create/delete); what to do instead was printed.
-	exitUnsupported = 2
 	// exitUnreachable: no node's management API answered
 	// (*api.UnreachableError).
 	exitUnreachable = 3

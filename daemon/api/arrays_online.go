@@ -21,7 +21,9 @@ import (
 // array show` follows it). Delete answers 409 naming the pool's volumes
 // and the hosts connected to or holding reservations on it unless force;
 // it answers once the array is gone from every live node and its drives
-// are wiped, or with the phase it reached when that takes longer.
+// are wiped (phase deleted, or deleting with Unwiped naming the drives of
+// nodes that are down), or with the phase it reached when that takes
+// longer.
 
 // OnlineArray is an array created online as the API shows it.
 type OnlineArray struct {
@@ -31,9 +33,14 @@ type OnlineArray struct {
 	Home     string   `json:"home"`
 	Members  []string `json:"members"`
 	// Phase is active, deleting or deleted.
-	Phase   string    `json:"phase"`
-	Stopped []string  `json:"stopped,omitempty"`
-	Wiped   []string  `json:"wiped,omitempty"`
+	Phase   string   `json:"phase"`
+	Stopped []string `json:"stopped,omitempty"`
+	Wiped   []string `json:"wiped,omitempty"`
+	// Unwiped (deleting) are the member drives, "DRIVE (node NODE)",
+	// whose node was down during the delete: every live node is done, and
+	// each of those wipes its drive when it returns; the record (and the
+	// array's name and those drives) stays taken until then.
+	Unwiped []string  `json:"unwiped,omitempty"`
 	Created time.Time `json:"created,omitzero"`
 	// Volumes are the pool's volumes (a delete removed them with force).
 	Volumes []string `json:"volumes,omitempty"`

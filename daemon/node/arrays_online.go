@@ -43,6 +43,9 @@ type onlineArrays struct {
 	auth target.DHCHAPConfig
 	mu   sync.Mutex // serializes reconcile passes
 	last atomic.Pointer[[]store.DesiredArray]
+	// dropped (under mu): the deleting arrays (name → Created) whose pool
+	// this node dropped while a node away still had a drive to wipe.
+	dropped map[string]time.Time
 }
 
 // list is the table as last read (nil before the first read).
@@ -180,12 +183,52 @@ func (n *Node) deleteStep(ctx context.Context, s *served, a store.DesiredArray) 
 	if missing := notIn(alive, a.Wiped); len(missing) > 0 {
 		return nil
 	}
+	if away := n.unwiped(a); len(away) > 0 {
+		// A node holding a member drive was down: its drive keeps the
+		// superblock until it returns and wipes it (this step, on that
+		// node), so the record stays and the drive stays taken. The
+		// pool's volumes and reservations go now: no live node serves it.
+		if n.online.poolDropped(a) {
+			return nil
+		}
+		if err := n.online.da.DropPool(ctx, a.Name, n.cfg.SubsystemNQN(a.Name)); err != nil {
+			return err
+		}
+		n.online.setPoolDropped(a)
+		n.log.Info("online array deleted on the live nodes; the nodes away wipe their drives when they return", "array", a.Name, "unwiped", away)
+		return nil
+	}
 	if err := n.online.da.Drop(ctx, a.Name, n.cfg.SubsystemNQN(a.Name)); err != nil {
 		return err
 	}
 	n.log.Info("online array deleted", "array", a.Name)
 	n.recordEvent("array-deleted", a.Name, 0, fmt.Sprintf("members %v wiped and free", a.Members))
 	return nil
+}
+
+// unwiped names a deleting array's member drives whose node has not
+// wiped them yet, as "DRIVE (node NODE)".
+func (n *Node) unwiped(a store.DesiredArray) []string {
+	var out []string
+	for _, d := range a.Members {
+		if nd, _, ok := n.cfg.Drive(d); ok && !slices.Contains(a.Wiped, nd.Name) {
+			out = append(out, fmt.Sprintf("%s (node %s)", d, nd.Name))
+		}
+	}
+	return out
+}
+
+// poolDropped reports whether this node dropped a's pool already (once
+// per process and array record; DropPool is idempotent). o.mu is held.
+func (o *onlineArrays) poolDropped(a store.DesiredArray) bool {
+	return o.dropped[a.Name].Equal(a.Created) && !a.Created.IsZero()
+}
+
+func (o *onlineArrays) setPoolDropped(a store.DesiredArray) {
+	if o.dropped == nil {
+		o.dropped = map[string]time.Time{}
+	}
+	o.dropped[a.Name] = a.Created
 }
 
 // notIn names the live nodes not in done.

@@ -21,7 +21,9 @@ type onlineRequest struct {
 }
 
 // usedDrives are the drives an array of the site file or an online array
-// uses.
+// uses. A deleting array's drive is free once its node wiped it; until
+// then (its node was down during the delete) it holds the array's
+// superblock and stays taken.
 func usedDrives(cfg *config.Config, online []store.DesiredArray) map[string][]string {
 	used := map[string][]string{}
 	for _, a := range cfg.Arrays {
@@ -31,6 +33,9 @@ func usedDrives(cfg *config.Config, online []store.DesiredArray) map[string][]st
 	}
 	for _, a := range online {
 		for _, d := range a.Members {
+			if nd, _, ok := cfg.Drive(d); ok && a.Phase == store.ArrayDeleting && slices.Contains(a.Wiped, nd.Name) {
+				continue
+			}
 			used[d] = append(used[d], a.Name)
 		}
 	}
@@ -51,8 +56,11 @@ func placeOnline(cfg *config.Config, online []store.DesiredArray, req onlineRequ
 		return out, fmt.Errorf("array name %q is taken by the site file's arrays; pick another name", req.Name)
 	}
 	for _, a := range online {
+		if a.Name == req.Name && a.Phase == store.ArrayDeleting {
+			return out, fmt.Errorf("array name %q is taken by an online array still being deleted (its record stays until every node holding a member drive wiped it; stopped on %s, wiped on %s): pick another name, or start the nodes that are down and retry", req.Name, orNone(a.Stopped), orNone(a.Wiped))
+		}
 		if a.Name == req.Name {
-			return out, fmt.Errorf("array name %q is taken by an online array (phase %s); pick another name or delete it first", req.Name, a.Phase)
+			return out, fmt.Errorf("array name %q is taken by an online array (phase %s); pick another name or `tier0 array delete %s` first", req.Name, a.Phase, req.Name)
 		}
 	}
 	lvl, err := cluster.ParseLevel(req.Level)
@@ -99,11 +107,31 @@ func placeOnline(cfg *config.Config, online []store.DesiredArray, req onlineRequ
 		if err != nil {
 			why = strings.TrimSuffix(err.Error(), ": "+config.ErrPlacement.Error())
 		}
-		return out, fmt.Errorf("array %s: %d members on free drives (no array uses them) of distinct nodes other than home %s, domains %q: %s; %d free drive(s) off the home node: add drives, delete an array, pick another --home or fewer --members",
-			req.Name, req.Members, out.Home, orDefault(pr.Domains, "none"), why, free)
+		return out, fmt.Errorf("array %s: %d members on free drives (no array uses them) of distinct nodes other than home %s, domains %q: %s; %d free drive(s) off the home node%s: add drives, delete an array, pick another --home or fewer --members",
+			req.Name, req.Members, out.Home, orDefault(pr.Domains, "none"), why, free, unwipedNote(cfg, online))
 	}
 	out.Members = placed[0]
 	return out, nil
+}
+
+// unwipedNote names the drives of arrays being deleted that their nodes
+// have not wiped yet (taken until then), for a refused placement.
+func unwipedNote(cfg *config.Config, online []store.DesiredArray) string {
+	var l []string
+	for _, a := range online {
+		if a.Phase != store.ArrayDeleting {
+			continue
+		}
+		for _, d := range a.Members {
+			if nd, _, ok := cfg.Drive(d); ok && !slices.Contains(a.Wiped, nd.Name) {
+				l = append(l, fmt.Sprintf("%s (array %s being deleted)", d, a.Name))
+			}
+		}
+	}
+	if len(l) == 0 {
+		return ""
+	}
+	return "; taken until their node (down?) wipes them: " + strings.Join(l, ", ")
 }
 
 func orDefault(s, d string) string {

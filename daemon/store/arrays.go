@@ -47,7 +47,9 @@ const (
 	ArrayActive ArrayPhase = "active"
 	// ArrayDeleting: every node stops serving it and says so in Stopped;
 	// then the nodes of its member drives wipe their superblocks and say
-	// so in Wiped; then the record is removed.
+	// so in Wiped; then the record is removed. A node that was down
+	// meanwhile does its part when it returns: the record stays until
+	// every node holding a member drive has wiped it.
 	ArrayDeleting ArrayPhase = "deleting"
 )
 
@@ -206,7 +208,22 @@ func (da *DesiredArrays) Watch(ctx context.Context, rev int64) <-chan int64 {
 // subsystem subnqn, in one transaction: a later array of the same name
 // starts with none of them.
 func (da *DesiredArrays) Drop(ctx context.Context, name, subnqn string) error {
-	ops := []clientv3.Op{clientv3.OpDelete(da.key(name))}
+	return da.drop(ctx, name, subnqn, true)
+}
+
+// DropPool removes what Drop does except the array's record: a deleting
+// array's volumes and reservations go once no live node serves it, while
+// the record stays until the nodes that were away wipe their member
+// drives.
+func (da *DesiredArrays) DropPool(ctx context.Context, name, subnqn string) error {
+	return da.drop(ctx, name, subnqn, false)
+}
+
+func (da *DesiredArrays) drop(ctx context.Context, name, subnqn string, record bool) error {
+	var ops []clientv3.Op
+	if record {
+		ops = append(ops, clientv3.OpDelete(da.key(name)))
+	}
 	vs := &Volumes{da.table}
 	p, err := vs.Pool(ctx, name)
 	if err != nil {

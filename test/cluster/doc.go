@@ -11,6 +11,13 @@
 //     XFS in the guest on array B's multipath device, a verified file
 //     workload through the kill of B, takeover, restart and failback, then
 //     xfs_repair -n clean.
+//   - TestArrayOnline: pools online (issue 16) on four tier0d processes of
+//     testdata/online4.yaml, driven only by the tier0 CLI through the
+//     token-checked API: `tier0 array create` on free drives, a volume
+//     written and verified with `tier0 fabric io` through a kill -9 of the
+//     owner, `tier0 array delete` refused then forced with a member's node
+//     down (its drive stays taken until it returns and wipes it), and the
+//     same drives taken again by a new pool (docs/VOLUMES.md).
 //   - BenchmarkFailover: tier0's own multipath host over the five frontends;
 //     kill → first completed I/O on the moved array over several trials, and
 //     the longest stall of an array that did not move (scripts/bench.d/failover.sh).

@@ -36,7 +36,12 @@ func testLogger() *slog.Logger {
 // the nodes' logs are printed when it failed.
 func startCluster(tb testing.TB) (*validate.LocalCluster, string) {
 	tb.Helper()
-	bin := buildTier0d(tb)
+	return startSite(tb, site, buildTier0d(tb))
+}
+
+// startSite is startCluster for the site file site and the tier0d binary bin.
+func startSite(tb testing.TB, site, bin string) (*validate.LocalCluster, string) {
+	tb.Helper()
 	work := filepath.Join(tb.TempDir(), "work")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
