@@ -38,7 +38,12 @@ type Array struct {
 	deadWhy   atomic.Pointer[string] // why the array failed (members and reasons)
 	stopped   atomic.Bool
 	fenced    atomic.Bool
-	dirtyOnSB atomic.Bool // the superblocks say "not clean"
+	dirtyOnSB atomic.Bool   // the superblocks say "not clean"
+	losses    atomic.Uint64 // members lost so far (exposed.go)
+	// volatileExposed (tests only): writes of an exposed array are not
+	// made durable before their ack, to model member writes of an update
+	// not issued before an owner's crash (writehole_test.go).
+	volatileExposed bool
 
 	sbMu  sync.Mutex
 	locks [stripeLocks]sync.Mutex

@@ -207,6 +207,8 @@ func (a *Array) write(p []byte, off int64, fua bool) (int, error) {
 	if err := a.markDirty(); err != nil {
 		return 0, err
 	}
+	// With no redundancy left, durable before the ack (exposed.go).
+	lost, fua := a.losses.Load(), fua || a.exposed()
 	var err error
 	switch a.geo.Level {
 	case RAID0:
@@ -215,6 +217,9 @@ func (a *Array) write(p []byte, off int64, fua bool) (int, error) {
 		err = a.writeMirror(p, off, fua)
 	default:
 		err = a.writeParity(p, off, fua)
+	}
+	if err == nil && !fua {
+		err = a.lostDuring(lost)
 	}
 	if err != nil {
 		return 0, err

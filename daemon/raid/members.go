@@ -248,6 +248,7 @@ func (a *Array) markFailedLocked(m *member, reason string, missing bool) bool {
 		}
 	}
 	m.state.Store(uint32(roleFailed))
+	a.losses.Add(1) // after the state: a writer that sees the count sees the loss (exposed.go)
 	// The array fails with this member, or failed before it: nothing was
 	// acknowledged after it left, so its data is as current as the
 	// survivors'.

@@ -22,6 +22,7 @@ var _ [wstSlots % stripeLocks]struct{} = [0]struct{}{}
 
 type wstate struct {
 	gen    atomic.Uint64 // generation of the last completed write
+	vgen   atomic.Uint64 // generation of the last completed write not made durable (no FUA)
 	lo, hi int64         // bytes of the stripe's data written since the last flush (conservative union; empty when lo >= hi)
 }
 
@@ -35,14 +36,16 @@ func (j *journal) wrote(s, lo, hi int64, durable bool) {
 	if w.gen.Load() <= j.flushedGen.Load() {
 		w.lo, w.hi = 0, 0 // everything written before is flushed
 	}
+	g := j.gen.Load()
 	if !durable {
 		if w.lo >= w.hi {
 			w.lo, w.hi = lo, hi
 		} else {
 			w.lo, w.hi = min(w.lo, lo), max(w.hi, hi)
 		}
+		w.vgen.Store(g)
 	}
-	w.gen.Store(j.gen.Load())
+	w.gen.Store(g)
 }
 
 // unflushed reports whether stripe s may hold writes not yet durable.
@@ -80,14 +83,14 @@ func rowsMeet(x, y, rlo, rhi, C int64) bool {
 }
 
 // markUnflushed adds to set every stripe that may hold writes not yet
-// durable (every stripe of a slot whose last write came after the last
-// completed flush): a member that leaves unreachable may have lost them
-// with its node's power, so it catches them up when it is taken back, as
-// it does the stripes written while it was away.
+// durable (every stripe of a slot with a write not made durable, no FUA,
+// after the last completed flush): a member that leaves unreachable may
+// have lost them with its node's power, so it catches them up when it is
+// taken back, as it does the stripes written while it was away.
 func (j *journal) markUnflushed(set *stripeSet, stripes int64) {
 	flushed := j.flushedGen.Load()
 	for k := int64(0); k < wstSlots && k < stripes; k++ {
-		if j.wst[k].gen.Load() <= flushed {
+		if j.wst[k].vgen.Load() <= flushed {
 			continue
 		}
 		for s := k; s < stripes; s += wstSlots {
