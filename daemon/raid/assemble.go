@@ -88,6 +88,7 @@ type candidate struct {
 	slot int
 	dev  blockdev.Device
 	sb   *superblock
+	inc  uint64 // the member incarnation its superblock recorded (incarnation.go)
 }
 
 // readSuperblocks reads the superblock of every device given (nil entries
@@ -100,7 +101,7 @@ func readSuperblocks(members []blockdev.Device) ([]candidate, []Rejection) {
 		if d == nil {
 			continue
 		}
-		sb, err := readSB(d)
+		sb, inc, err := readSBInc(d)
 		if err != nil {
 			e := ErrNoSuperblock
 			if !errors.Is(err, ErrNoSuperblock) {
@@ -109,7 +110,7 @@ func readSuperblocks(members []blockdev.Device) ([]candidate, []Rejection) {
 			rejected = append(rejected, Rejection{Slot: i, Role: -1, Reason: err.Error(), Err: e})
 			continue
 		}
-		cands = append(cands, candidate{i, d, sb})
+		cands = append(cands, candidate{i, d, sb, inc})
 	}
 	return cands, rejected
 }
@@ -225,9 +226,26 @@ func checkCandidate(ref *superblock, g Geometry, c *candidate) (string, error) {
 // for it (nil: missing) and the reference superblock's state for it. It
 // returns how many roles are missing or rebuilding.
 func (a *Array) buildMembers(ref *superblock, byRole []*candidate) int {
+	// Members whose node restarted since their last superblock (their
+	// cache may be lost) catch up the bitmap's dirty regions; when more
+	// restarted than the level tolerates there is no one to catch up
+	// from, and they are taken as they are (as after a power loss of
+	// the whole array: only flushed writes are promised then).
+	restarted := make([]bool, a.geo.Members)
+	n := 0
+	for r, c := range byRole {
+		if st := ref.RoleState[r]; c != nil && (st == roleActive || st == roleDown) && ref.Flags&flagClean == 0 && a.geo.ParityDisks > 0 && c.restarted() {
+			restarted[r] = true
+			n++
+		}
+	}
+	if n > a.geo.Level.redundancy(a.geo.Members) {
+		a.log.Warn("raid members restarted since their last superblock, more than the level tolerates: taken as they are", "uuid", fmtUUID(ref.ArrayUUID), "restarted", n)
+		clear(restarted)
+	}
 	missing := 0
 	for r := 0; r < a.geo.Members; r++ {
-		m, absent := a.memberAtAssembly(ref, r, byRole[r])
+		m, absent := a.memberAtAssembly(ref, r, byRole[r], restarted[r])
 		if absent {
 			missing++
 		}
@@ -238,7 +256,8 @@ func (a *Array) buildMembers(ref *superblock, byRole []*candidate) int {
 
 // memberAtAssembly is role r's member at assembly, from c (nil when no
 // device was picked for it); absent says it is missing or rebuilding.
-func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate) (m *member, absent bool) {
+// restarted: its node restarted since its last superblock (buildMembers).
+func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate, restarted bool) (m *member, absent bool) {
 	g := a.geo
 	m = &member{role: r, full: true}
 	if c == nil {
@@ -273,6 +292,19 @@ func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate) (m *membe
 		return m, true
 	}
 	st := ref.RoleState[r]
+	if restarted {
+		// Its node restarted since the array last wrote its superblock:
+		// it may have lost writes it had completed (its volatile cache)
+		// while the array stood failed or stopped, so it is not as
+		// current as the others. Taken back under a resync of the
+		// bitmap's dirty regions, which hold every write not yet
+		// flushed.
+		m.state.Store(uint32(roleRebuilding))
+		m.full = false
+		a.log.Info("raid member taken back under a resync: its node restarted since its last superblock, its volatile cache may be lost", "uuid", fmtUUID(ref.ArrayUUID), "member", r,
+			"member-event", c.sb.Events, "recorded-incarnation", c.inc, "incarnation", incarnationOf(c.dev))
+		return m, true
+	}
 	if st == roleDown {
 		st = roleActive
 		a.log.Info("raid member taken back: it failed with the array, its data is current", "uuid", fmtUUID(ref.ArrayUUID), "member", r,

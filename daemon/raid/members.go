@@ -32,7 +32,11 @@ type member struct {
 	missed *stripeSet
 	// since (RAID-5/6, failed from active): the stripes written since it
 	// failed; a ReAdd of the same device takes it as missed.
-	since *stripeSet
+	// sinceCache: since also holds the stripes unflushed when it left
+	// (it left unreachable, markFailedLocked), so it stands for a device
+	// whose node restarted meanwhile (incarnation.go).
+	since      *stripeSet
+	sinceCache bool
 	// withArray: failed when or after the array failed (no write was
 	// acknowledged after it left), so its data is as current as the
 	// survivors'; recorded as roleDown with downAt, the event counter of
@@ -245,6 +249,7 @@ func (a *Array) markFailedLocked(m *member, reason string, missing bool) bool {
 			// A member that answers with errors is powered: its cache
 			// stands, and it catches up only what it missed.
 			a.jl.markUnflushed(m.since, a.geo.Stripes)
+			m.sinceCache = true
 		}
 	}
 	m.state.Store(uint32(roleFailed))
@@ -329,7 +334,7 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 	}
 	nm := &member{role: index, dev: dev, full: true}
 	if !full {
-		sb, err := readSB(dev)
+		sb, inc, err := readSBInc(dev)
 		switch {
 		case err != nil:
 			return fmt.Errorf("re-add member %d: %w; use Replace for a new device", index, err)
@@ -355,7 +360,11 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 		// superblock is the one it had then): it missed exactly the
 		// stripes written since, which writers recorded. Taken below,
 		// with no stripe operation in flight.
-		if old != nil && old.since != nil && sb.RoleState[index] == roleActive && sb.Events <= old.downAt && sb.Events+1 >= old.downAt {
+		// Unless its node restarted since (its cache may be lost) and
+		// the record lacks the stripes it held unflushed: then the
+		// bitmap's regions (above), which hold every write not flushed.
+		if old != nil && old.since != nil && sb.RoleState[index] == roleActive && sb.Events <= old.downAt && sb.Events+1 >= old.downAt &&
+			(old.sinceCache || !restartedSince(inc, dev)) {
 			nm.full = false
 			nm.missed = old.since
 		}

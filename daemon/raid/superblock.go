@@ -157,14 +157,23 @@ func (sb *superblock) checkLayout() string {
 
 // readSB returns the newer valid copy of a member's two superblock slots.
 func readSB(dev blockdev.Device) (*superblock, error) {
+	sb, _, err := readSBInc(dev)
+	return sb, err
+}
+
+// readSBInc is readSB with the member incarnation recorded in that copy's
+// slot (0 when none; incarnation.go).
+func readSBInc(dev blockdev.Device) (*superblock, uint64, error) {
 	buf := blockdev.AlignedBuffer(2 * sbSlotSize)
 	if _, err := dev.ReadAt(buf, 0); err != nil {
-		return nil, fmt.Errorf("reading superblock: %w", err)
+		return nil, 0, fmt.Errorf("reading superblock: %w", err)
 	}
 	var best *superblock
+	var inc uint64
 	var firstErr error
 	for i := 0; i < 2; i++ {
-		sb, err := unmarshalSB(buf[i*sbSlotSize : (i+1)*sbSlotSize])
+		slot := buf[i*sbSlotSize : (i+1)*sbSlotSize]
+		sb, err := unmarshalSB(slot)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -172,19 +181,22 @@ func readSB(dev blockdev.Device) (*superblock, error) {
 			continue
 		}
 		if best == nil || sb.Events > best.Events {
-			best = sb
+			best, inc = sb, slotIncarnation(slot)
 		}
 	}
 	if best == nil {
-		return nil, firstErr
+		return nil, 0, firstErr
 	}
-	return best, nil
+	return best, inc, nil
 }
 
-// writeSB writes sb into the slot chosen by its event counter, durably.
+// writeSB writes sb into the slot chosen by its event counter, durably,
+// with the member's incarnation (incarnation.go).
 func writeSB(dev blockdev.Device, sb *superblock) error {
 	off := int64(sb.Events%2) * sbSlotSize
-	return writeDurable(dev, sb.marshal(), off)
+	b := sb.marshal()
+	putIncarnation(b, incarnationOf(dev))
+	return writeDurable(dev, b, off)
 }
 
 // writeDurable writes p at off and makes it durable (FUA when the device

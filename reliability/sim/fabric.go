@@ -53,6 +53,7 @@ type drive struct {
 	holder     [16]byte
 	gen        uint32
 	maxKey     uint64 // the highest key that has held the reservation
+	boot       uint64 // the drive node's power cycles + 1 (member incarnation)
 }
 
 func newFabric(cfg *config.Config, size int64, epochFencing bool, now func() string) *Fabric {
@@ -61,7 +62,7 @@ func newFabric(cfg *config.Config, size int64, epochFencing bool, now func() str
 	for _, n := range cfg.Nodes {
 		f.hosts[node.HostID(cfg, n.Name)] = n.Name
 		for _, d := range n.Drives {
-			f.drives[d.Name] = &drive{name: d.Name, node: n.Name, mem: blockdev.NewMem(size, 4096), regs: map[[16]byte]uint64{}}
+			f.drives[d.Name] = &drive{name: d.Name, node: n.Name, mem: blockdev.NewMem(size, 4096), regs: map[[16]byte]uint64{}, boot: 1}
 		}
 	}
 	return f
@@ -109,6 +110,7 @@ func (f *Fabric) PowerCut(name string, seed int64) {
 	r := mrand.New(mrand.NewSource(seed))
 	for _, dn := range names {
 		f.drives[dn].mem.CrashRandom(r)
+		f.drives[dn].boot++ // its connections end with it
 	}
 }
 
@@ -141,9 +143,13 @@ func (im importer) Import(ctx context.Context, array, drive string) (node.Member
 	if f.cut[[2]string{im.node, d.node}] {
 		return nil, nil, fmt.Errorf("import member %s from node %s: connection timed out (link cut in the simulation): %w", drive, d.node, blockdev.ErrNoPath)
 	}
-	m := &member{f: f, d: d, from: im.node, host: im.host}
+	m := &member{f: f, d: d, from: im.node, host: im.host, boot: d.boot}
 	return m, m, nil
 }
+
+// Incarnation is the drive node's power cycle this connection was made
+// to (raid.Incarnated): as a boot id the drive node would export.
+func (m *member) Incarnation() uint64 { return m.boot }
 
 // member is one node's imported namespace of a drive; it is also its own
 // connection (MemberConn).
@@ -152,6 +158,7 @@ type member struct {
 	d      *drive
 	from   string
 	host   [16]byte
+	boot   uint64 // the drive's boot when imported
 	closed bool
 }
 
@@ -170,6 +177,9 @@ func (m *member) check(op string) error {
 		// As production's fail-fast member connection: a path error
 		// (the member is unreachable, so missing, not failed).
 		return fmt.Errorf("%s on member %s from node %s: connection lost (link cut in the simulation): %w: %w", op, m.d.name, m.from, blockdev.ErrIO, blockdev.ErrNoPath)
+	case m.boot != m.d.boot:
+		// A connection does not outlive its target's power cut.
+		return fmt.Errorf("%s on member %s from node %s: connection lost (node %s restarted after a power cut): %w: %w", op, m.d.name, m.from, m.d.node, blockdev.ErrIO, blockdev.ErrNoPath)
 	case m.d.failed:
 		return fmt.Errorf("%s on member %s: drive failed: %w", op, m.d.name, blockdev.ErrIO)
 	}

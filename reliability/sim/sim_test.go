@@ -295,6 +295,16 @@ func TestSimPowerCutWhileDegraded(t *testing.T) {
 	powerSeed(t, 166, "kill E at 17 for 30\npower C at 26 for 4\nlinkcut B at 42 for 20")
 }
 
+// A cache lost while the array had failed on every member: E's power cut
+// and C's link cut at once fail the array (C missing first); the owner
+// re-assembles from C and D, then takes E back. E's node restarted, so
+// it may have lost writes it held unflushed when it left: it catches up
+// the bitmap's dirty regions rather than only this run's writes
+// (daemon/raid incarnation.go). Before, C was rebuilt from E's old blocks.
+func TestSimPowerCutWhileArrayFailed(t *testing.T) {
+	powerSeed(t, 899, "kill C at 12 for 8\npower E at 39 for 12\nlinkcut C at 39 for 2")
+}
+
 // powerSeed runs seed with power cuts drawn, checks that it draws faults,
 // and fails on any finding.
 func powerSeed(t *testing.T, seed uint64, faults string) {
