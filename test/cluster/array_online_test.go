@@ -198,6 +198,53 @@ func TestArrayOnline(t *testing.T) {
 	}
 }
 
+// TestArrayOnlineEmptySite is docs/OPERATIONS.md's provisioning from an
+// empty cluster, up to the host: a site file with no arrays starts
+// healthy; `tier0 array create a --members 3 --no-volume` (home: the
+// default) assembles optimal; `tier0 volume create scratch --pool a`
+// becomes ready and is written and verified through the owner's frontend.
+func TestArrayOnlineEmptySite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a four-node cluster; not in -short")
+	}
+	bins := testenv.Binaries(t, "tier0d", "tier0")
+	t.Setenv("TIER0_TOKEN", "empty-test-token")
+	const empty = "testdata/empty4.yaml"
+	c, _ := startSite(t, empty, bins[0])
+	site, err := filepath.Abs(empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := &onlineCLI{t: t, bin: bins[1], site: site, start: time.Now()}
+	var arrays []api.Array
+	cli.json(&arrays, "array", "list")
+	if len(arrays) != 0 {
+		t.Fatalf("the empty site's cluster lists arrays %+v, want none", arrays)
+	}
+	var oa api.OnlineArray
+	cli.json(&oa, "array", "create", "a", "--members", "3", "--no-volume")
+	if oa.Phase != "active" || len(oa.Members) != 3 || oa.Home == "" {
+		t.Fatalf("array create answered %+v, want 3 members, a home, active", oa)
+	}
+	a := cli.waitArray("a", "optimal at its home", func(a *api.Array) bool {
+		return a != nil && a.Owner == oa.Home && a.Phase == "active" && a.State == "optimal"
+	})
+	var v api.Volume
+	cli.json(&v, "volume", "create", "scratch", "--pool", "a", "--size", "16M")
+	for deadline := time.Now().Add(time.Minute); v.State != "ready"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("volume scratch not ready a minute after its create: %+v", v)
+		}
+		time.Sleep(300 * time.Millisecond)
+		cli.json(&v, "volume", "show", "scratch")
+	}
+	nd, _ := c.Config().Node(a.Owner)
+	for _, op := range []string{"--write", "--verify"} {
+		cli.mustRun("fabric", "io", "--connect", fmt.Sprintf("127.0.0.1:%d", nd.Frontend.Port), "--nqn", v.SubNQN,
+			"--nsid", fmt.Sprint(v.NSID), op, "--length", "16M", "--pattern", "3", "--timeout", "90s")
+	}
+}
+
 // onlineCLI runs the tier0 CLI against the test's site.
 type onlineCLI struct {
 	t     *testing.T

@@ -18,6 +18,9 @@
 //     owner, `tier0 array delete` refused then forced with a member's node
 //     down (its drive stays taken until it returns and wipes it), and the
 //     same drives taken again by a new pool (docs/VOLUMES.md).
+//   - TestArrayOnlineEmptySite: testdata/empty4.yaml has no arrays; a pool
+//     and a volume are provisioned online and written and verified, as
+//     docs/OPERATIONS.md shows.
 //   - BenchmarkFailover: tier0's own multipath host over the five frontends;
 //     kill → first completed I/O on the moved array over several trials, and
 //     the longest stall of an array that did not move (scripts/bench.d/failover.sh).
