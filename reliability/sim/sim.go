@@ -38,8 +38,9 @@ type Options struct {
 	// issue 12, hole 1). It sets a process-wide knob: runs with Legacy
 	// must not overlap with others.
 	Legacy bool
-	// Power draws power cuts of drive nodes too (kind power; open
-	// findings, docs/RELIABILITY.md known problem 8).
+	// Power draws power cuts of drive nodes too (kind power,
+	// docs/RELIABILITY.md known problem 8; TestSimSeeds sets it unless
+	// -sim.power=false).
 	Power bool
 	// Logger for the nodes (default: discard).
 	Logger *slog.Logger

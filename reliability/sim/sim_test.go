@@ -24,7 +24,7 @@ var (
 	flagFaults = flag.String("sim.faults", "", "TestSimSeeds runs this schedule (\"KIND NODE at TICK for TICKS\" lines separated by ';') instead of drawn ones")
 	flagLegacy = flag.Bool("sim.legacy", false, "TestSimSeeds with the pre-bd91d05 repair rule (issue 12 hole 1): expect failures")
 	flagFor    = flag.Duration("sim.for", 0, "TestSimSeeds runs seeds from -sim.first until this much time has passed (a soak), instead of -sim.seeds")
-	flagPower  = flag.Bool("sim.power", false, "TestSimSeeds draws power cuts of drive nodes too (open findings: docs/RELIABILITY.md known problem 8)")
+	flagPower  = flag.Bool("sim.power", true, "TestSimSeeds draws power cuts of drive nodes too (docs/RELIABILITY.md known problem 8); -sim.power=false draws the kinds of before")
 	flagTable  = flag.Bool("sim.table", false, "TestSimSeeds logs its runs, operations and failures per fault kind and per overlapping pair of kinds (docs/RELIABILITY.md's soak table)")
 )
 
