@@ -334,42 +334,8 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 	}
 	nm := &member{role: index, dev: dev, full: true}
 	if !full {
-		sb, inc, err := readSBInc(dev)
-		switch {
-		case err != nil:
-			return fmt.Errorf("re-add member %d: %w; use Replace for a new device", index, err)
-		case sb.ArrayUUID != a.uuid:
-			return fmt.Errorf("re-add member %d: device belongs to array %s: %w", index, fmtUUID(sb.ArrayUUID), ErrMismatch)
-		case int(sb.Role) != index:
-			return fmt.Errorf("re-add member %d: device held role %d: %w", index, sb.Role, ErrMismatch)
-		}
-		if why := sameGeometry(&a.sbt, sb); why != "" {
-			return fmt.Errorf("re-add member %d: %s: %w", index, why, ErrMismatch)
-		}
-		a.mu.Lock()
-		cleared := a.sbt.EventsCleared
-		a.mu.Unlock()
-		// Delta when the bitmap has tracked every write since it left: it
-		// was active, or under a delta resync (whose regions the bitmap
-		// still holds, as it is not cleared while degraded).
-		if sb.Events >= cleared && (sb.RoleState[index] == roleActive || sb.RoleState[index] == roleRebuilding && sb.RoleFull[index] == 0) {
-			nm.full = false
-			nm.dirty = a.bm.snapshot()
-		}
-		// The same device that failed in this run of the array (its
-		// superblock is the one it had then): it missed exactly the
-		// stripes written since, which writers recorded. Taken below,
-		// with no stripe operation in flight.
-		// Unless its node restarted since (its cache may be lost) and
-		// the record lacks the stripes it held unflushed: then the
-		// bitmap's regions (above), which hold every write not flushed.
-		if old != nil && old.since != nil && sb.RoleState[index] == roleActive && sb.Events <= old.downAt && sb.Events+1 >= old.downAt &&
-			(old.sinceCache || !restartedSince(inc, dev)) {
-			nm.full = false
-			nm.missed = old.since
-		}
-		if debugf != nil {
-			debugf("re-add %d: member events %d, cleared %d, full %v, dirty %v", index, sb.Events, cleared, nm.full, nm.dirty)
+		if err := a.reAddCatchUp(nm, old); err != nil {
+			return err
 		}
 	}
 	nm.state.Store(uint32(roleRebuilding))
@@ -429,6 +395,52 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 		if m := a.member(r); r != index && m != nil && uint8(m.state.Load()) == roleRebuilding {
 			a.bg.enqueue(task{kind: taskRebuild, role: r})
 		}
+	}
+	return nil
+}
+
+// reAddCatchUp reads the superblock of nm's device (a ReAdd) and chooses
+// what it must catch up: the bitmap's dirty regions, the stripes recorded
+// while old (the member that held the role) was away, or everything
+// (nm.full stays set).
+func (a *Array) reAddCatchUp(nm, old *member) error {
+	index, dev := nm.role, nm.dev
+	sb, inc, err := readSBInc(dev)
+	switch {
+	case err != nil:
+		return fmt.Errorf("re-add member %d: %w; use Replace for a new device", index, err)
+	case sb.ArrayUUID != a.uuid:
+		return fmt.Errorf("re-add member %d: device belongs to array %s: %w", index, fmtUUID(sb.ArrayUUID), ErrMismatch)
+	case int(sb.Role) != index:
+		return fmt.Errorf("re-add member %d: device held role %d: %w", index, sb.Role, ErrMismatch)
+	}
+	if why := sameGeometry(&a.sbt, sb); why != "" {
+		return fmt.Errorf("re-add member %d: %s: %w", index, why, ErrMismatch)
+	}
+	a.mu.Lock()
+	cleared := a.sbt.EventsCleared
+	a.mu.Unlock()
+	// Delta when the bitmap has tracked every write since it left: it
+	// was active, or under a delta resync (whose regions the bitmap
+	// still holds, as it is not cleared while degraded).
+	if sb.Events >= cleared && (sb.RoleState[index] == roleActive || sb.RoleState[index] == roleRebuilding && sb.RoleFull[index] == 0) {
+		nm.full = false
+		nm.dirty = a.bm.snapshot()
+	}
+	// The same device that failed in this run of the array (its
+	// superblock is the one it had then): it missed exactly the
+	// stripes written since, which writers recorded. Taken below,
+	// with no stripe operation in flight.
+	// Unless its node restarted since (its cache may be lost) and
+	// the record lacks the stripes it held unflushed: then the
+	// bitmap's regions (above), which hold every write not flushed.
+	if old != nil && old.since != nil && sb.RoleState[index] == roleActive && sb.Events <= old.downAt && sb.Events+1 >= old.downAt &&
+		(old.sinceCache || !restartedSince(inc, dev)) {
+		nm.full = false
+		nm.missed = old.since
+	}
+	if debugf != nil {
+		debugf("re-add %d: member events %d, cleared %d, full %v, dirty %v", index, sb.Events, cleared, nm.full, nm.dirty)
 	}
 	return nil
 }
