@@ -252,7 +252,9 @@ func (l *Listener) Accept(ctx context.Context, decide Decide) (*Conn, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		wait := min(time.Until(deadline), 100*time.Millisecond)
+		// The wait bounds how late Close is seen (idle listeners wake
+		// twice a second).
+		wait := min(time.Until(deadline), idleWaitMs*time.Millisecond)
 		if wait <= 0 {
 			return nil, ErrAcceptTimeout
 		}
