@@ -119,6 +119,12 @@ type Array struct {
 	Width int `mapstructure:"width" json:"width"`
 	// RawMembers is the members value as written (string or list).
 	RawMembers any `mapstructure:"members" json:"-"`
+	// HomeMember allows one explicit member on the home node (default
+	// false): the array then needs one node fewer, but the loss of its
+	// home node leaves it degraded where it is taken over, not complete.
+	// For clusters too small for the rule (three nodes and a RAID-5), such
+	// as test/rdma's guest cluster.
+	HomeMember bool `mapstructure:"home_member" json:"home_member,omitempty"`
 }
 
 // Placement tunes automatic placement.
@@ -165,6 +171,11 @@ type Fabric struct {
 	// DHCHAPCtrlSecret makes the authentication bidirectional: the
 	// controller proves it knows this secret too.
 	DHCHAPCtrlSecret string `mapstructure:"dhchap_ctrl_secret" json:"-"`
+	// ConnectTimeout bounds the fabric's targets' wait from a host's
+	// connection to its finished Connect (and authentication); a host
+	// that takes longer is disconnected (default 10s). Raised for
+	// emulated machines, where a Connect can take seconds.
+	ConnectTimeout Duration `mapstructure:"connect_timeout" json:"connect_timeout"`
 }
 
 // Secret resolves a secret setting: "file:PATH" reads the file (trimmed);
@@ -199,6 +210,14 @@ type Etcd struct {
 	// DataDir is where embedded members keep their data; relative paths
 	// are under Workdir. Default "etcd".
 	DataDir string `mapstructure:"data_dir" json:"data_dir"`
+	// Tick and Election tune the embedded members' raft: the heartbeat
+	// interval (default 50ms) and the election timeout (default 10 ×
+	// Tick). A lost leader costs up to 2 × Election of renewals, so
+	// Election must stay well inside policies.lease_ttl (validated:
+	// 3 × Election at most). Raised for emulated machines, where an idle
+	// member's heartbeats cost CPU the renewals need.
+	Tick     Duration `mapstructure:"tick" json:"tick"`
+	Election Duration `mapstructure:"election" json:"election"`
 }
 
 // Policies are cluster-wide behaviour settings.
@@ -226,6 +245,11 @@ type Policies struct {
 	// every stripe's parity, reporting mismatches); 0 (default) scrubs
 	// only on `tier0 array scrub`.
 	ScrubInterval Duration `mapstructure:"scrub_interval" json:"scrub_interval,omitempty"`
+	// HousekeepingInterval is the period of a node's housekeeping: the
+	// delivery of reports the store missed, each owned array's observed
+	// state and metrics, the bitmap sweep (every 3rd period) and the
+	// retry of failed arrays (every 5th). Default 1s.
+	HousekeepingInterval Duration `mapstructure:"housekeeping_interval" json:"housekeeping_interval"`
 }
 
 // Slurm configures the Slurm integration.
@@ -295,6 +319,9 @@ const (
 	// leaves the rest for the reconstruction.
 	DefaultMemberSlowRead  = 20 * time.Millisecond
 	DefaultMemberIORetries = 2
+	DefaultEtcdTick        = 50 * time.Millisecond
+	DefaultHousekeeping    = time.Second
+	DefaultConnectTimeout  = 10 * time.Second
 )
 
 // The fabric transports (Fabric.Transport).

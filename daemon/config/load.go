@@ -214,6 +214,9 @@ func (c *Config) applyDefaults() {
 		if f.QueueDepth == 0 {
 			f.QueueDepth = DefaultQueueDepth
 		}
+		if f.ConnectTimeout == 0 {
+			f.ConnectTimeout = Duration(DefaultConnectTimeout)
+		}
 	}
 	e := &c.ControlPlane.Etcd
 	if e.ClientPort == 0 {
@@ -224,6 +227,12 @@ func (c *Config) applyDefaults() {
 	}
 	if e.DataDir == "" {
 		e.DataDir = "etcd"
+	}
+	if e.Tick == 0 {
+		e.Tick = Duration(DefaultEtcdTick)
+	}
+	if e.Election == 0 {
+		e.Election = 10 * e.Tick
 	}
 	p := &c.Policies
 	if p.Failback == "" {
@@ -244,6 +253,9 @@ func (c *Config) applyDefaults() {
 	}
 	if p.MemberSlowRead == 0 {
 		p.MemberSlowRead = Duration(DefaultMemberSlowRead)
+	}
+	if p.HousekeepingInterval == 0 {
+		p.HousekeepingInterval = Duration(DefaultHousekeeping)
 	}
 	if p.MemberIORetries == nil {
 		r := DefaultMemberIORetries

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
+
 	"tier0/daemon/nvme"
 )
 
@@ -225,6 +227,9 @@ func (c *Config) checkControlPlane(k *checker, nodeAt map[string]int, listeners 
 			}
 		}
 	}
+	if len(e.Peers) > 0 {
+		c.checkRaft(k)
+	}
 	for i, ep := range e.Endpoints {
 		u, err := url.Parse(ep)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Port() == "" {
@@ -232,6 +237,30 @@ func (c *Config) checkControlPlane(k *checker, nodeAt map[string]int, listeners 
 		}
 	}
 	return listeners
+}
+
+// checkRaft checks the embedded members' raft timings against each other
+// and against the liveness lease they must serve.
+func (c *Config) checkRaft(k *checker) {
+	e, lease := c.ControlPlane.Etcd, c.Policies.LeaseTTL.D()
+	tick, election := e.Tick.D(), e.Election.D()
+	if tick == 0 && election == 0 {
+		return // the defaults (Load fills them in)
+	}
+	if tick == 0 {
+		tick = DefaultEtcdTick
+	}
+	if election == 0 {
+		election = 10 * tick
+	}
+	switch {
+	case tick < 10*time.Millisecond || tick > 5*time.Second:
+		k.add("control_plane.etcd.tick", "%s; expected 10ms to 5s (default 50ms)", e.Tick)
+	case election < 5*tick || election > 50*time.Second:
+		k.add("control_plane.etcd.election", "%s with tick %s; expected 5 × tick to 50s (default 10 × tick)", Duration(election), Duration(tick))
+	case lease > 0 && 3*election > lease:
+		k.add("control_plane.etcd.election", "%s; a lost raft leader may stall lease renewals for up to 2 × election, so expected at most policies.lease_ttl/3 = %s (raise lease_ttl or lower election)", Duration(election), (lease / 3).Round(time.Millisecond))
+	}
 }
 
 // checkPortClashes reports the same port twice on one node (unless both
@@ -309,7 +338,12 @@ func (c *Config) checkArrayShape(k *checker, key string, a *Array, nodeAt map[st
 	if !a.Auto && a.Width != len(a.Members) {
 		k.add(key+".width", "%d but %d members are listed; expected the width to match the member list or be left out", a.Width, len(a.Members))
 	}
-	if a.Width > len(c.Nodes)-1 {
+	if a.HomeMember && a.Auto {
+		k.add(key+".home_member", "true with automatic placement; expected an explicit members list (home_member allows one listed member on the home node)")
+	}
+	if a.HomeMember && a.Width > len(c.Nodes) {
+		k.add(key+".width", "array is %d wide but the cluster has %d nodes; expected at most one member per node", a.Width, len(c.Nodes))
+	} else if !a.HomeMember && a.Width > len(c.Nodes)-1 {
 		k.add(key+".width", "array is %d wide but the cluster has %d nodes; expected at most nodes-1 = %d (no member on the home node, no two members on one node)", a.Width, len(c.Nodes), len(c.Nodes)-1)
 	}
 	if levelOK && a.Width < mw {
@@ -342,8 +376,8 @@ func checkMembers(k *checker, key string, a *Array, homeOK bool, driveNode map[s
 			k.add(mk, "drive %q is on node %s, like members[%d] (%s); expected at most one member per node so that losing a node costs one member", m, node, p, a.Members[p])
 		}
 		onNode[node] = j
-		if homeOK && node == a.Home {
-			k.add(mk, "drive %q is on the array's home node %s; expected members on other nodes only, so the array survives its home node's loss complete", m, node)
+		if homeOK && node == a.Home && !a.HomeMember {
+			k.add(mk, "drive %q is on the array's home node %s; expected members on other nodes only, so the array survives its home node's loss complete (or home_member: true, for a cluster too small, accepting a degraded array after that loss)", m, node)
 		}
 	}
 }
@@ -382,6 +416,9 @@ func (c *Config) checkFabrics(k *checker) {
 			}
 		default:
 			k.add(fk+".transport", "%q is not a transport; expected tcp or rdma", f.f.Transport)
+		}
+		if ct := f.f.ConnectTimeout.D(); ct != 0 && (ct < time.Second || ct > 5*time.Minute) {
+			k.add(fk+".connect_timeout", "%s; expected 1s to 5m (default 10s: the longest a host may take from its connection to a finished Connect)", f.f.ConnectTimeout)
 		}
 		if f.f.Queues < 1 || f.f.Queues > 128 {
 			k.add(fk+".queues", "%d; expected 1-128 I/O queues", f.f.Queues)
@@ -425,6 +462,9 @@ func (c *Config) checkPolicies(k *checker) {
 	}
 	if p.MemberSlowRead < 0 {
 		k.add("policies.member_slow_read", "%s; expected a positive duration such as 20ms, well below member_io_timeout", p.MemberSlowRead)
+	}
+	if h := p.HousekeepingInterval.D(); h != 0 && (h < 100*time.Millisecond || h > time.Minute) {
+		k.add("policies.housekeeping_interval", "%s; expected 100ms to 1m (default 1s)", p.HousekeepingInterval)
 	}
 	if p.MemberIORetries != nil && *p.MemberIORetries < 0 {
 		k.add("policies.member_io_retries", "%d; expected 0 or more", *p.MemberIORetries)

@@ -80,6 +80,8 @@ func (n *Node) startBackend() error {
 		CntlIDCount: cntlCount,
 		StateDir:    n.stateDir("backend-resv"),
 		Logger:      n.log.With("layer", "backend"),
+		// Connect and authentication, accept to finish (0: the default)
+		ConnectTimeout: n.cfg.Fabrics.Backend.ConnectTimeout.D(),
 	})
 	if err != nil {
 		return fmt.Errorf("backend target: %w", err)

@@ -243,6 +243,8 @@ func (n *Node) startFrontend(ctx context.Context) error {
 		PortID:      uint16(idx + 1),
 		StateDir:    n.stateDir("frontend-resv"),
 		Logger:      n.log.With("layer", "frontend"),
+		// Connect and authentication, accept to finish (0: the default)
+		ConnectTimeout: n.cfg.Fabrics.Frontend.ConnectTimeout.D(),
 	})
 	if err != nil {
 		return fmt.Errorf("frontend target: %w", err)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -137,9 +138,9 @@ func errString(err error) string {
 
 // housekeeping runs the periodic duties of an owner: clearing the
 // write-intent bits of quiet regions, publishing observed state and
-// metrics.
+// metrics, every policies.housekeeping_interval (default 1 s).
 func (n *Node) housekeeping(ctx context.Context) {
-	t := n.clk().NewTicker(time.Second)
+	t := n.clk().NewTicker(cmp.Or(n.cfg.Policies.HousekeepingInterval.D(), time.Second))
 	defer t.Stop()
 	for i := 0; ; i++ {
 		select {

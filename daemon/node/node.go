@@ -225,6 +225,8 @@ func (n *Node) openStore(ctx context.Context) (*store.Store, error) {
 		Logger:       n.log.With("layer", "store"),
 		StartTimeout: 60 * time.Second,
 		JoinExisting: n.opts.JoinExisting,
+		TickMs:       uint(ec.Tick.D().Milliseconds()),
+		ElectionMs:   uint(ec.Election.D().Milliseconds()),
 	}
 	if len(ec.Endpoints) == 0 {
 		for _, p := range n.cfg.EtcdPeers() {

@@ -19,6 +19,14 @@ import (
 // peer that never connects cannot hold a connection open.
 var connectTimeout = 10 * time.Second
 
+// connectTimeout is Config.ConnectTimeout, or the package default.
+func (t *Target) connectTimeout() time.Duration {
+	if t.cfg.ConnectTimeout > 0 {
+		return t.cfg.ConnectTimeout
+	}
+	return connectTimeout
+}
+
 // errTerminated: the connection ended after a TermReq (sent or received).
 var errTerminated = errors.New("connection terminated")
 
@@ -281,7 +289,7 @@ func (c *conn) remote() string {
 
 // serve runs the connection until it fails or is closed.
 func (c *conn) serve() {
-	_ = c.nc.SetReadDeadline(time.Now().Add(connectTimeout))
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.t.connectTimeout()))
 	if err := c.handshake(); err != nil {
 		c.t.warnLimited("icreq:"+c.remote(), "NVMe/TCP connection setup failed", "remote", c.remote(), "err", err)
 		c.teardown()

@@ -106,7 +106,7 @@ func (q *rdmaQueue) initSlots() {
 // command lifetime rule needs (see the file comment).
 func (q *rdmaQueue) serve() {
 	c := q.c
-	_ = c.nc.SetReadDeadline(time.Now().Add(connectTimeout))
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.t.connectTimeout()))
 	<-c.done
 	q.link.Stop()
 	q.smu.Lock()

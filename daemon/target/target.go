@@ -103,6 +103,10 @@ type Config struct {
 	// then is refused (retryable). Default 2 s; at most 60 s. A drain that
 	// takes longer is logged as a warning.
 	CommandQuiesceTime time.Duration
+	// ConnectTimeout bounds the time from a connection's accept to its
+	// finished Connect (and authentication); a host that takes longer is
+	// disconnected (default 10 s).
+	ConnectTimeout time.Duration
 	// Logger receives the target's logs (default: discard).
 	Logger *slog.Logger
 	// Clock is the target's time for keep-alive accounting and log rate
