@@ -21,12 +21,25 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// The per-member deadlines at the default election timeout (500 ms);
+// Store.patient scales them with a longer one (an emulated machine's: a
+// member that answers within its raft's own timescale is not hung).
 const (
 	readTry   = time.Second            // one read on one member
 	writeMax  = 2 * time.Second        // one try of a write with no deadline of its own
 	probeTry  = time.Second            // one probe of a watch's member
 	probeLoop = 500 * time.Millisecond // between probes
 )
+
+// patient is d scaled by ElectionMs/500 (never below d): with
+// control_plane.etcd.election at 5 s, a read try is 10 s and a watch's
+// member is probed every 5 s, not twice a second.
+func (s *Store) patient(d time.Duration) time.Duration {
+	if k := time.Duration(s.opts.ElectionMs / 500); k > 1 {
+		return d * k
+	}
+	return d
+}
 
 // retryable: the member did not answer in time or is unusable now (the
 // request may be sent to another one).
@@ -49,14 +62,14 @@ func (s *Store) preferred() *endpoint {
 }
 
 // readOn runs a read on the preferred member, then on the others in turn
-// when one does not answer within readTry, until ctx ends.
+// when one does not answer within readTry (patient), until ctx ends.
 func readOn[T any](ctx context.Context, s *Store, op func(context.Context, clientv3.KV) (T, error)) (T, error) {
 	eps := s.ep.eps
 	first := int(s.ep.pref.Load())
 	var zero T
 	for i := 0; ; i++ {
 		e := eps[(first+i)%len(eps)]
-		cctx, cancel := context.WithTimeout(ctx, readTry)
+		cctx, cancel := context.WithTimeout(ctx, s.patient(readTry))
 		v, err := op(cctx, e.kv)
 		cancel()
 		if err == nil {
@@ -87,7 +100,7 @@ func writeOn[T any](ctx context.Context, s *Store, op func(context.Context, clie
 		return op(ctx, s.preferred().kv)
 	}
 	for {
-		cctx, cancel := context.WithTimeout(ctx, writeMax)
+		cctx, cancel := context.WithTimeout(ctx, s.patient(writeMax))
 		v, err := op(cctx, s.preferred().kv)
 		cancel()
 		if err == nil || ctx.Err() != nil || !retryable(err) {
@@ -173,7 +186,7 @@ func (w *failoverWatcher) Watch(ctx context.Context, key string, opts ...clientv
 	go func() {
 		defer close(out)
 		defer cancel()
-		probe := w.s.clk.NewTicker(probeLoop)
+		probe := w.s.clk.NewTicker(w.s.patient(probeLoop))
 		defer probe.Stop()
 		misses := 0
 		for {
@@ -188,7 +201,7 @@ func (w *failoverWatcher) Watch(ctx context.Context, key string, opts ...clientv
 					return
 				}
 			case <-probe.C():
-				pctx, pcancel := context.WithTimeout(wctx, probeTry)
+				pctx, pcancel := context.WithTimeout(wctx, w.s.patient(probeTry))
 				_, err := e.kv.Get(pctx, w.s.key("probe"), clientv3.WithSerializable(), clientv3.WithCountOnly())
 				pcancel()
 				if err == nil || wctx.Err() != nil {
