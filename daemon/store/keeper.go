@@ -64,7 +64,12 @@ type keeper struct {
 func (s *Store) keep(id clientv3.LeaseID, what string, ttl, margin time.Duration, start time.Time, onRenew func(renewal),
 	rejoin func(context.Context) (clientv3.LeaseID, time.Time, time.Duration, error)) *keeper {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &keeper{s: s, idLocked: id, what: what, margin: margin, tm: timingFor(ttl), onRenew: onRenew, rejoin: rejoin, grace: NodeGoneGrace(ttl),
+	tm := timingFor(ttl)
+	// A slow member's late answer still counts (the lease runs from the
+	// attempt's start), up to half the lease: the attempt's deadline grows
+	// with the election timeout as the other per-member deadlines do.
+	tm.call = min(s.patient(tm.call), max(tm.call, ttl/2))
+	k := &keeper{s: s, idLocked: id, what: what, margin: margin, tm: tm, onRenew: onRenew, rejoin: rejoin, grace: NodeGoneGrace(ttl),
 		cancel: cancel, done: make(chan struct{}), lost: make(chan struct{}),
 		deadline: start.Add(ttl), stats: LeaseStats{Last: start}}
 	k.mu.Lock()

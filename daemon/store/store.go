@@ -170,8 +170,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// it. grpc-go pings at most every 10 s, whatever is asked, so
 		// this alone is far too slow for a lease: renewals go through
 		// connections of their own with per-call deadlines (renew.go).
-		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
+		// Both grow with the election timeout (patient): an emulated
+		// member may take seconds to answer a ping.
+		DialKeepAliveTime:    s.patient(10 * time.Second),
+		DialKeepAliveTimeout: s.patient(2 * time.Second),
 		Logger:               zap.NewNop(),
 		Context:              context.WithoutCancel(ctx),
 	})
