@@ -191,6 +191,12 @@ func (t *Target) rdmaAcceptLoop(ctx context.Context, p *rdmaPort) {
 		c := newConn(t, &rdmaNetConn{q: q})
 		c.rd, q.c = q, c
 		q.initSlots()
+		// The Connect deadline before the queue takes capsules: its
+		// Connect, handled on the completion goroutine, clears it, and
+		// may come before serve runs (a deadline set there fired on
+		// connected queues: the emulated guest's lost queues, 60 s
+		// after each connect).
+		_ = c.nc.SetReadDeadline(time.Now().Add(t.connectTimeout()))
 		close(q.ready)
 		t.mu.Lock()
 		if t.closed {

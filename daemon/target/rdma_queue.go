@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"tier0/daemon/nvme"
 	"tier0/daemon/rdma"
@@ -102,11 +101,16 @@ func (q *rdmaQueue) initSlots() {
 	}
 }
 
+// rdmaServeStarted, when set (tests), runs as a queue's serve begins.
+var rdmaServeStarted func()
+
 // serve waits for the queue's end and then ends it in the order the
 // command lifetime rule needs (see the file comment).
 func (q *rdmaQueue) serve() {
+	if rdmaServeStarted != nil {
+		rdmaServeStarted()
+	}
 	c := q.c
-	_ = c.nc.SetReadDeadline(time.Now().Add(c.t.connectTimeout()))
 	<-c.done
 	q.link.Stop()
 	q.smu.Lock()
