@@ -21,9 +21,10 @@ import (
 
 const nqn = "nqn.2026-12.io.tier0.test:rdma-nvmet"
 
-// guestScript sets up soft-RoCE and nvmet-rdma in the guest and runs the
-// checks; every check prints a PASS/FAIL line, the first failure exits.
-const guestScript = `
+// guestPrelude is the start of every guest script here: fail (print
+// the reason and the kernel's RDMA/NVMe messages, exit 1) and the checks
+// that the image carries rdma-core, then the verbs modules.
+const guestPrelude = `
 set -u
 fail() { echo "FAIL: $*"; dmesg | grep -iE 'rdma|rxe|nvme' | tail -30; exit 1; }
 for f in /usr/lib/x86_64-linux-gnu/libibverbs.so.1 /usr/lib/x86_64-linux-gnu/librdmacm.so.1 /etc/libibverbs.d/rxe.driver; do
@@ -33,13 +34,24 @@ ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 || fail
 command -v rdma >/dev/null || fail "guest image lacks iproute2's rdma tool"
 modprobe ib_uverbs || fail ib_uverbs
 modprobe rdma_ucm || fail rdma_ucm
-# rdma-core present, no device yet: the precise error
-/harness/rdmaguest -mode nodevice || fail "no-device message"
+`
+
+// rxeLink loads soft-RoCE and adds its device rxe0 on the guest's NIC
+// (10.0.2.15).
+const rxeLink = `
 modprobe crc32_generic || fail "crc32_generic (rdma_rxe computes the RoCEv2 ICRC with crypto crc32)"
 modprobe rdma_rxe || fail rdma_rxe
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0 type rxe netdev eth0"
 rdma link show
 ibv_devinfo -d rxe0 | grep -E 'hca_id|state|link_layer' || fail ibv_devinfo
+`
+
+// guestScript sets up soft-RoCE and nvmet-rdma in the guest and runs the
+// checks; every check prints a PASS/FAIL line, the first failure exits.
+const guestScript = guestPrelude + `
+# rdma-core present, no device yet: the precise error
+/harness/rdmaguest -mode nodevice || fail "no-device message"
+` + rxeLink + `
 modprobe nvmet || fail nvmet
 modprobe nvmet-rdma || fail nvmet-rdma
 modprobe brd rd_nr=1 rd_size=65536 || fail brd
@@ -183,6 +195,25 @@ echo "ALL PASS"
 // and re-added (a new association reads the data back); and the kernel's
 // nvme-rdma host against the same port.
 func TestRDMAGuest(t *testing.T) {
+	files := guestBinaries(t, map[string]string{"rdmaguest": "./test/rdma/rdmaguest", "tier0": "./cmd/tier0"})
+	res := vm.Run(t, vm.Options{Script: guestScript, Files: files, Timeout: 7 * time.Minute})
+	t.Logf("guest ran %v:\n%s", res.Wall.Round(time.Second), passLines(res.Output))
+	if res.RC != 0 || !strings.Contains(res.Output, "ALL PASS") {
+		t.Fatalf("guest script exited %d; console tail:\n%s", res.RC, tailStr(res.Output, 6000))
+	}
+	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added",
+		"PASS tier0 target: nvme discover", "PASS tier0 target: fio verify", "PASS tier0 targets: one multipath device", "PASS tier0 targets: fio verify during 4 ANA flips"} {
+		if !strings.Contains(res.Output, want) {
+			t.Errorf("guest output lacks %q", want)
+		}
+	}
+}
+
+// guestBinaries checks what a guest run over soft-RoCE needs (skipping,
+// or failing in CI, where it is missing) and builds the named packages
+// with -tags rdma for the guest, as files for vm.Options.Files.
+func guestBinaries(t *testing.T, pkgs map[string]string) map[string][]byte {
+	t.Helper()
 	for _, h := range []string{"/usr/include/infiniband/verbs.h", "/usr/include/rdma/rdma_cma.h"} {
 		if _, err := os.Stat(h); err != nil {
 			testenv.Missing(t, "rdma-core headers missing (%s): install scripts/deps.d/rdma.sh (libibverbs-dev librdmacm-dev)", h)
@@ -199,7 +230,7 @@ func TestRDMAGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{}
-	for name, pkg := range map[string]string{"rdmaguest": "./test/rdma/rdmaguest", "tier0": "./cmd/tier0"} {
+	for name, pkg := range pkgs {
 		bin := filepath.Join(t.TempDir(), name)
 		cmd := exec.Command("go", "build", "-tags", "rdma", "-o", bin, pkg)
 		cmd.Dir = root
@@ -213,23 +244,18 @@ func TestRDMAGuest(t *testing.T) {
 		}
 		files[name] = b
 	}
-	res := vm.Run(t, vm.Options{Script: guestScript, Files: files, Timeout: 7 * time.Minute})
+	return files
+}
+
+// passLines are the PASS and FAIL lines of a guest's output.
+func passLines(out string) string {
 	var lines []string
-	for _, l := range strings.Split(res.Output, "\n") {
+	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), "PASS") || strings.Contains(l, "FAIL") {
 			lines = append(lines, strings.TrimSpace(l))
 		}
 	}
-	t.Logf("guest ran %v:\n%s", res.Wall.Round(time.Second), strings.Join(lines, "\n"))
-	if res.RC != 0 || !strings.Contains(res.Output, "ALL PASS") {
-		t.Fatalf("guest script exited %d; console tail:\n%s", res.RC, tailStr(res.Output, 6000))
-	}
-	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added",
-		"PASS tier0 target: nvme discover", "PASS tier0 target: fio verify", "PASS tier0 targets: one multipath device", "PASS tier0 targets: fio verify during 4 ANA flips"} {
-		if !strings.Contains(res.Output, want) {
-			t.Errorf("guest output lacks %q", want)
-		}
-	}
+	return strings.Join(lines, "\n")
 }
 
 func tailStr(s string, n int) string {

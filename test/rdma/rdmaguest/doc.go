@@ -10,4 +10,6 @@
 //	                                    (the target's port removed under I/O, then re-added)
 //	rdmaguest -mode targets -addr A,B -nqn N -ready FILE
 //	                                    (two tier0 NVMe/RDMA targets of one subsystem; SIGUSR1 swaps ANA)
+//	rdmaguest -mode cluster -site S -tier0d BIN -tier0 BIN
+//	                                    (the site's cluster over NVMe/RDMA, kill-the-owner under fio verify)
 package main
