@@ -35,7 +35,7 @@ for site in $SITES; do
     rm -rf "${OUT:?}/$name"
     args=(campaign --site "$site" --local --duration "$DURATION" --seed "$SEED" --workdir "$OUT/$name" --keep --json)
     if [ "$kind" = nemesis ]; then
-      args+=(--nemesis "$NEMESIS" --window "$WINDOW")
+      args+=(--nemesis "$NEMESIS" --window "$WINDOW" --past-stuck)
     fi
     if "$BIN/tier0" "${args[@]}" > "$OUT/$name.json" 2> "$OUT/$name.log"; then
       echo "   passed ($OUT/$name.json)"

@@ -34,7 +34,7 @@ func (e campaignExit) ExitCode() int { return e.code }
 // campaignOptions are the flags of `tier0 campaign`.
 type campaignOptions struct {
 	site, work, tier0d, faults, logLevel string
-	local, short, keep, netns            bool
+	local, short, keep, netns, pastStuck bool
 	inHub, nemesisKinds                  string
 	duration, bound, pace, window        time.Duration
 	seed                                 uint64
@@ -61,6 +61,7 @@ func (o *campaignOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.nemesisKinds, "nemesis", "all", "run the nemesis with these fault kinds (comma list; all, process, network, disk, ops, or "+strings.Join(nemesis.AllKinds, ",")+")")
 	f.IntVar(&o.runs, "runs", 1, "nemesis: schedules to run (seeds --seed, --seed+1, ...)")
 	f.DurationVar(&o.window, "window", 20*time.Second, "nemesis: each schedule's fault window")
+	f.BoolVar(&o.pastStuck, "past-stuck", false, "nemesis: after a run whose arrays stay stuck, keep its cluster directory as stuck-run-N and go on with a fresh cluster (default: stop there)")
 	f.StringVar(&o.inHub, "in-hub", "", "internal: running inside the hub namespace of this prefix")
 	_ = f.MarkHidden("in-hub")
 }
@@ -151,7 +152,7 @@ func runCampaign(cmd *cobra.Command, o *campaignOptions) error {
 			return campaignExit{errors.New("--nemesis draws its own faults: it excludes --netns, --short and --faults"), 2}
 		}
 		return runNemesis(cmd, nemesisOpts{site: o.site, bin: bin, work: o.work, kinds: o.nemesisKinds, seed: o.seed, runs: o.runs,
-			duration: o.duration, window: o.window, bound: o.bound, units: o.units, portShift: o.portShift, keep: o.keep, json: o.json, level: lv})
+			duration: o.duration, window: o.window, bound: o.bound, units: o.units, portShift: o.portShift, keep: o.keep, json: o.json, level: lv, pastStuck: o.pastStuck})
 	}
 	co := campaign.Options{Site: o.site, Binary: bin, Workdir: o.work, PortShift: o.portShift, Seed: o.seed,
 		Duration: o.duration, RecoverBound: o.bound, RecoveryPace: o.pace, Units: o.units,
@@ -283,7 +284,7 @@ type nemesisOpts struct {
 	runs, units, portShift int
 	duration, window       time.Duration
 	bound                  time.Duration
-	keep, json             bool
+	keep, json, pastStuck  bool
 	level                  slog.Level
 }
 
@@ -301,7 +302,7 @@ func runNemesis(cmd *cobra.Command, n nemesisOpts) error {
 		return campaignExit{fmt.Errorf("--units %d: want at least 8 per array", n.units), 2}
 	}
 	o := nemesis.Options{Site: n.site, Binary: n.bin, Workdir: n.work, PortShift: n.portShift, Kinds: kinds, Seed: n.seed,
-		Runs: n.runs, Duration: n.duration, Window: n.window, RecoverBound: n.bound, Units: n.units,
+		Runs: n.runs, Duration: n.duration, Window: n.window, RecoverBound: n.bound, Units: n.units, PastStuck: n.pastStuck,
 		Out:    cmd.ErrOrStderr(),
 		Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: n.level})),
 	}

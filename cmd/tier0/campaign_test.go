@@ -33,7 +33,7 @@ func TestCampaignNemesisFlags(t *testing.T) {
 		}
 	}
 	out, _, code := runCampaignCLI(t, "--help")
-	if code != 0 || !strings.Contains(out, "--nemesis") || !strings.Contains(out, "--runs") || !strings.Contains(out, "power-loss") {
+	if code != 0 || !strings.Contains(out, "--nemesis") || !strings.Contains(out, "--runs") || !strings.Contains(out, "power-loss") || !strings.Contains(out, "--past-stuck") {
 		t.Fatalf("help (exit %d) does not describe the nemesis:\n%s", code, out)
 	}
 }

@@ -58,6 +58,12 @@ type Options struct {
 	// Units checked per array per run (default 512) and workers per
 	// array (default 2).
 	Units, Workers int
+	// PastStuck goes on after a run whose arrays stayed stuck: the stuck
+	// cluster's directory (node logs, drives, state) is kept as
+	// Workdir/stuck-run-R and the next run starts on a fresh cluster. Off,
+	// the campaign stops at the first stuck run (a soak for a table of
+	// every kind wants it on; a replay wants it off).
+	PastStuck bool
 	// Out receives the live lines; Logger the details.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -249,7 +255,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	defer e.close()
+	defer func() {
+		if e != nil {
+			e.close()
+		}
+	}()
 	fmt.Fprintf(o.Out, "nemesis: %d nodes behind proxies, %d arrays active and optimal; kinds %s\n", len(e.cfg.Nodes), len(e.names), strings.Join(o.Kinds, ","))
 	for r := 0; ctx.Err() == nil; r++ {
 		if r >= o.Runs && (o.Duration == 0 || time.Since(start) >= o.Duration) {
@@ -283,8 +293,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		fmt.Fprintf(o.Out, "run %d seed %d: %s; %d ops checked, %d writes acked, %d failed; recovered in %.1fs; %s\n",
 			r, rr.Seed, strings.Join(fs, " "), rr.History.Ops, rr.Progress.Acked, rr.Progress.Failed, rr.Recovered.Seconds(), status)
 		if len(rr.Stuck) > 0 {
-			fmt.Fprintf(o.Out, "arrays stuck after run %d; stopping (node logs in %s)\n", r, filepath.Join(o.Workdir, "cluster"))
-			break
+			if !o.PastStuck {
+				fmt.Fprintf(o.Out, "arrays stuck after run %d; stopping (node logs in %s)\n", r, filepath.Join(o.Workdir, "cluster"))
+				break
+			}
+			if e, err = e.fresh(ctx, r); err != nil {
+				return res, err
+			}
 		}
 	}
 	res.Elapsed = time.Since(start)
@@ -371,6 +386,24 @@ func setup(ctx context.Context, o Options) (*env, error) {
 		e.devs = append(e.devs, mp)
 	}
 	return e, nil
+}
+
+// fresh closes a cluster whose arrays stayed stuck after run r, keeps its
+// directory as Workdir/stuck-run-R for the post-mortem, and sets up a new
+// one for the next run.
+func (e *env) fresh(ctx context.Context, r int) (*env, error) {
+	e.close()
+	cluster := filepath.Join(e.o.Workdir, "cluster")
+	kept := filepath.Join(e.o.Workdir, fmt.Sprintf("stuck-run-%d", r))
+	if err := os.Rename(cluster, kept); err != nil {
+		return nil, fmt.Errorf("keep the stuck cluster of run %d: %w (its node logs are in %s)", r, err, cluster)
+	}
+	fmt.Fprintf(e.o.Out, "arrays stuck after run %d; node logs kept in %s; going on with a fresh cluster\n", r, kept)
+	n, err := setup(ctx, e.o)
+	if err != nil {
+		return nil, fmt.Errorf("fresh cluster after the stuck run %d: %w", r, err)
+	}
+	return n, nil
 }
 
 func (e *env) close() {
