@@ -130,18 +130,7 @@ func printOnlineArray(w io.Writer, a api.OnlineArray) error {
 		fmt.Fprintf(w, "volumes removed: %s\n", strings.Join(a.Volumes, ", "))
 	}
 	for _, h := range a.Holders {
-		fmt.Fprintf(w, "was in use by: %s\n", describeHolder(h))
+		fmt.Fprintf(w, "was in use by: %s\n", h)
 	}
 	return nil
-}
-
-func describeHolder(h api.VolumeHolder) string {
-	who := h.HostNQN
-	if who == "" {
-		who = "host ID " + h.HostID
-	}
-	if h.Node != "" {
-		return who + " connected through node " + h.Node
-	}
-	return who + ", reservation " + h.Reservation
 }

@@ -104,20 +104,9 @@ func printVolume(w io.Writer, v api.Volume) error {
 		fmt.Fprintf(w, "  removed on: %s\n", strings.Join(v.RemovedOn, ", "))
 	}
 	for _, h := range v.Holders {
-		fmt.Fprintf(w, "  used by %s\n", holderLine(h))
+		fmt.Fprintf(w, "  used by %s\n", h)
 	}
 	return nil
-}
-
-func holderLine(h api.VolumeHolder) string {
-	who := h.HostNQN
-	if who == "" {
-		who = "host ID " + h.HostID
-	}
-	if h.Node != "" {
-		return who + " (connected through node " + h.Node + ")"
-	}
-	return who + " (reservation " + h.Reservation + ")"
 }
 
 // volumeErr explains a 404 of the volume endpoints themselves.

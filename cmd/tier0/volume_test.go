@@ -73,7 +73,7 @@ func TestVolumeVerbs(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("show: exit %d", code)
 	}
-	mustContain(t, out, "volume v1: pool a", "extent: pool bytes 0 +10737418240", "used by nqn.h1 (connected through node B)")
+	mustContain(t, out, "volume v1: pool a", "extent: pool bytes 0 +10737418240", "used by nqn.h1 connected through node B")
 	if _, errOut, code = runCLI(t, nil, "volume", "show", "zz", "--api", url); code != 1 {
 		t.Fatalf("show unknown: exit %d", code)
 	}

@@ -65,6 +65,20 @@ type VolumeHolder struct {
 	Reservation string `json:"reservation,omitempty"`
 }
 
+// String names the holder for messages: "HOSTNQN connected through node
+// N", or "HOSTNQN, reservation holder" for one known only by its
+// reservation (the host ID stands in for a host that gave no NQN).
+func (h VolumeHolder) String() string {
+	who := h.HostNQN
+	if who == "" {
+		who = "host ID " + h.HostID
+	}
+	if h.Node != "" {
+		return who + " connected through node " + h.Node
+	}
+	return who + ", reservation " + h.Reservation
+}
+
 // Volumer is the optional part of a Backend that serves the volume
 // endpoints; a Backend without it answers 404 there.
 type Volumer interface {

@@ -117,15 +117,7 @@ func (n *Node) volumeHolders(ctx context.Context, subnqn string, nsid uint32, al
 func describeHolders(hs []api.VolumeHolder) string {
 	var parts []string
 	for _, h := range hs {
-		who := h.HostNQN
-		if who == "" {
-			who = "host ID " + h.HostID
-		}
-		if h.Node != "" {
-			parts = append(parts, who+" connected through node "+h.Node)
-		} else {
-			parts = append(parts, who+" is a reservation "+h.Reservation)
-		}
+		parts = append(parts, h.String())
 	}
 	return strings.Join(parts, "; ")
 }
