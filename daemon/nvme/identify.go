@@ -118,7 +118,22 @@ type IdentifyController struct {
 	ICDOFF     uint16
 	CtrAttr    uint8
 	MSDBD      uint8
+	// Incarnation is tier0's boot incarnation of the target's node, in
+	// the vendor-specific area (IncarnationOff); 0: not reported (another
+	// target, or an older tier0).
+	Incarnation uint64
 }
+
+// The boot incarnation of a tier0 target's node, in Identify Controller's
+// vendor-specific area (bytes 3072-4095): IncarnationMagic (8 bytes, its
+// last byte the layout's version) at IncarnationOff, then the incarnation
+// (little endian, never 0). A target that does not write the magic (the
+// Linux nvmet target, SPDK, an older tier0: zeroes there) reports none.
+// docs/FABRIC.md "Identify Controller: boot incarnation".
+const (
+	IncarnationOff   = 3072
+	IncarnationMagic = "T0BOOT\x00\x01"
+)
 
 // Append appends the 4096-byte Identify Controller structure to b.
 func (c *IdentifyController) Append(b []byte) []byte {
@@ -162,7 +177,21 @@ func (c *IdentifyController) Append(b []byte) []byte {
 	le.PutUint32(o[1796:], c.IORCSZ)
 	le.PutUint16(o[1800:], c.ICDOFF)
 	o[1802], o[1803] = c.CtrAttr, c.MSDBD
+	if c.Incarnation != 0 {
+		copy(o[IncarnationOff:], IncarnationMagic)
+		le.PutUint64(o[IncarnationOff+len(IncarnationMagic):], c.Incarnation)
+	}
 	return b
+}
+
+// parseIncarnation reads the vendor-specific incarnation (0 when the
+// magic is not there).
+func parseIncarnation(o []byte) uint64 {
+	v := o[IncarnationOff:]
+	if string(v[:len(IncarnationMagic)]) != IncarnationMagic {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(v[len(IncarnationMagic):])
 }
 
 // ParseIdentifyController decodes a 4096-byte Identify Controller structure.
@@ -185,6 +214,7 @@ func ParseIdentifyController(o []byte) (IdentifyController, error) {
 	}
 	copy(c.IEEE[:], o[73:76])
 	c.SubNQN, _ = cString(o[768 : 768+NQNLen])
+	c.Incarnation = parseIncarnation(o)
 	return c, nil
 }
 

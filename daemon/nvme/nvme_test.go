@@ -243,6 +243,30 @@ func TestIdentifyController(t *testing.T) {
 	}
 }
 
+// TestIdentifyControllerIncarnation: tier0's boot incarnation sits at
+// IncarnationOff behind its magic and round-trips; a structure without
+// the magic (another target's zeroes, or a foreign value there) reads as
+// 0, unknown.
+func TestIdentifyControllerIncarnation(t *testing.T) {
+	c := sampleIdentifyController()
+	c.Incarnation = 0x0123456789abcdef
+	b := c.Append(nil)
+	if string(b[3072:3080]) != "T0BOOT\x00\x01" || binary.LittleEndian.Uint64(b[3080:]) != c.Incarnation {
+		t.Fatalf("vendor-specific bytes 3072-3087: % x, want the magic then %#x", b[3072:3088], c.Incarnation)
+	}
+	if got, err := ParseIdentifyController(b); err != nil || got.Incarnation != c.Incarnation {
+		t.Fatalf("incarnation read back %#x (%v), want %#x", got.Incarnation, err, c.Incarnation)
+	}
+	b[3079] = 2 // another layout version
+	if got, _ := ParseIdentifyController(b); got.Incarnation != 0 {
+		t.Fatalf("incarnation behind an unknown magic read as %#x, want 0 (unknown)", got.Incarnation)
+	}
+	c.Incarnation = 0
+	if b := c.Append(nil); !bytes.Equal(b[3072:3088], make([]byte, 16)) {
+		t.Fatalf("no incarnation: vendor bytes % x, want zeroes", b[3072:3088])
+	}
+}
+
 func TestIdentifyNamespace(t *testing.T) {
 	n := IdentifyNamespace{NSZE: 1 << 20, NCAP: 1 << 20, NUSE: 1 << 20, NLBAF: 0, FLBAS: 0, NMIC: NMICShared, RESCAP: 0x7E,
 		DLFEAT: DLFEATReadZeroes, ANAGRPID: 7, NGUID: [16]byte{9, 8, 7}, EUI64: [8]byte{1}, LBAF: []LBAFormat{{LBADS: 12}}}

@@ -2,15 +2,50 @@ package target
 
 import (
 	"encoding/binary"
+	"hash/fnv"
 	"net"
+	"os"
 	"slices"
+	"strings"
 
 	"tier0/daemon/nvme"
 )
 
+// bootIDFile holds the kernel's boot id, new at every boot.
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// bootIncarnation is the node's boot incarnation that Identify Controller
+// reports (nvme.IncarnationOff): a hash of Config.BootID or, by default,
+// of the kernel's boot id. A restart of tier0d keeps it: the drives'
+// completed writes are in the kernel's page cache or the drive's own
+// cache, both of which outlive the process; a boot of the machine (a
+// power cut) changes it, and a RAID owner then catches the member up
+// (daemon/raid incarnation.go). 0 (none) when the boot id cannot be read.
+func (t *Target) bootIncarnation() uint64 {
+	id := t.cfg.BootID
+	if id == "" {
+		b, err := os.ReadFile(bootIDFile)
+		if err != nil {
+			t.log.Warn("the node's boot id cannot be read: Identify Controller reports no boot incarnation, so a RAID owner cannot tell this node's reboot from a reconnect",
+				"file", bootIDFile, "err", err)
+			return 0
+		}
+		id = strings.TrimSpace(string(b))
+	}
+	return incarnationOf(id)
+}
+
+// incarnationOf hashes a boot id (FNV-1a, 64 bits) to a non-zero
+// incarnation.
+func incarnationOf(bootID string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(bootID))
+	return max(h.Sum64(), 1)
+}
+
 func (t *Target) identifyController(c *controller) nvme.IdentifyController {
 	ic := nvme.IdentifyController{
-		SN: c.sub.serial, MN: c.sub.model, FR: firmwareRev, RAB: 6, CntlID: c.id, Ver: nvmeVersion,
+		SN: c.sub.serial, MN: c.sub.model, FR: firmwareRev, RAB: 6, CntlID: c.id, Ver: nvmeVersion, Incarnation: t.inc,
 		MDTS: t.mdts, CTRATT: 1, // 128-bit host identifier
 		KAS: 1, LPA: nvme.LPAExtendedLog | nvme.LPACmdEffects, AERL: maxAERs - 1, ACL: 3, SQES: 0x66, CQES: 0x44, MaxCmd: uint16(t.cfg.MaxQueueDepth),
 		SGLS: 1 | 1<<20, SubNQN: c.sub.nqn, IORCSZ: 1, MSDBD: 1,

@@ -114,6 +114,13 @@ type Config struct {
 	// RDMA deadlines, the command-quiesce wait, latency figures and
 	// accept pauses bound real I/O and stay on the wall clock.
 	Clock clock.Clock
+	// BootID is the identity of this node's boot that Identify Controller
+	// reports, hashed, as the node's incarnation (identify.go, docs/FABRIC.md
+	// "Identify Controller: boot incarnation"); empty: the kernel's
+	// /proc/sys/kernel/random/boot_id, read once by New (none reported
+	// where it cannot be read). Tests and the nemesis's power cuts give
+	// their own.
+	BootID string
 }
 
 // Target is an NVMe/TCP target. Its methods are safe for concurrent use.
@@ -135,6 +142,7 @@ type Target struct {
 	discGen   uint64
 	closed    bool
 	advertise string
+	inc       uint64 // the node's boot incarnation (Config.BootID), 0: none
 
 	wg     sync.WaitGroup
 	stopKA chan struct{}
@@ -206,6 +214,7 @@ func New(cfg Config) (*Target, error) {
 		subsys: map[string]*subsystem{}, ctrls: map[uint16]*controller{}, nextCntl: cfg.CntlIDBase,
 		conns: map[*conn]struct{}{}, advertise: cfg.Advertise, stopKA: make(chan struct{}),
 	}
+	t.inc = t.bootIncarnation()
 	t.wg.Add(1)
 	go t.keepAliveLoop()
 	return t, nil
