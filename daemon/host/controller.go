@@ -54,11 +54,17 @@ type Controller struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	cur     *assoc        // nil while reconnecting
-	ready   chan struct{} // closed when cur becomes non-nil
-	lost    time.Time     // when the last association was lost
-	closed  bool
+	mu     sync.Mutex
+	cur    *assoc        // nil while reconnecting
+	ready  chan struct{} // closed when cur becomes non-nil
+	lost   time.Time     // when the last association was lost
+	closed bool
+	// restarted: the target's node restarted under Options.OneIncarnation,
+	// and the controller stopped reconnecting (sameIncarnation).
+	restarted error
+	// inc is the boot incarnation of the target's node as the association
+	// in use reported it (0: unknown).
+	inc     atomic.Uint64
 	closeCh chan struct{}
 	wg      sync.WaitGroup
 
@@ -125,6 +131,12 @@ func (c *Controller) CntlID() uint16 {
 	}
 	return c.cur.cntlid
 }
+
+// Incarnation is the boot incarnation of the target's node that the
+// association in use (or the last one) reported in Identify Controller: it
+// changes when a reconnect finds the node rebooted; 0 when the target
+// reports none (Linux nvmet, an older tier0).
+func (c *Controller) Incarnation() uint64 { return c.inc.Load() }
 
 // Connected reports whether an association is up.
 func (c *Controller) Connected() bool {
@@ -241,6 +253,7 @@ func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 func (c *Controller) install(a *assoc) {
 	c.mu.Lock()
 	c.cur = a
+	c.inc.Store(a.id.Incarnation)
 	close(c.ready)
 	c.mu.Unlock()
 	watch := func(q *queue) {
@@ -336,6 +349,9 @@ func (c *Controller) now() (*assoc, error) {
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, errClosed
+	}
+	if c.restarted != nil {
+		return nil, c.restarted
 	}
 	if c.cur == nil {
 		return nil, fmt.Errorf("controller %s: %w: %w", c.addr, errCtrlDown, blockdev.ErrIO)

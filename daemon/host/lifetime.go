@@ -79,6 +79,10 @@ func (c *Controller) supervise(a *assoc) {
 				backoff.Reset(delay)
 				continue
 			}
+			if c.sameIncarnation(a, na) != nil {
+				c.mu.Unlock()
+				return
+			}
 			a.replaced = true
 			c.mu.Unlock()
 			c.stats.reconnects.Add(1)
@@ -89,6 +93,24 @@ func (c *Controller) supervise(a *assoc) {
 		c.log.Warn("reconnect failed", "err", err, "retry_in", delay)
 		backoff.Reset(delay)
 	}
+}
+
+// sameIncarnation (c.mu held) refuses, under Options.OneIncarnation, the
+// new association na when the target's node restarted since a was made:
+// a known incarnation that changed, or that the target no longer reports
+// (another target answers: in doubt, refuse). It ends na, records why the
+// controller stopped reconnecting and wakes the I/O waiting for it.
+func (c *Controller) sameIncarnation(a, na *assoc) error {
+	was, now := a.id.Incarnation, na.id.Incarnation
+	if !c.opts.OneIncarnation || was == 0 || was == now {
+		return nil
+	}
+	c.restarted = fmt.Errorf("controller %s: the target's node restarted (boot incarnation %#x, this connection was made to %#x), so writes completed before may be lost with its volatile cache: this connection ends; import the namespace again (a RAID owner re-adds the member and catches it up): %w: %w",
+		c.addr, now, was, errCtrlDown, blockdev.ErrIO)
+	c.log.Warn("the target's node restarted: not reconnecting to its new incarnation", "incarnation", now, "was", was)
+	na.fail(c.restarted)
+	close(c.ready)
+	return c.restarted
 }
 
 // keepAlive sends Keep Alive every KATO/2 on the admin queue.
@@ -122,10 +144,13 @@ func (c *Controller) keepAlive(a *assoc) {
 func (c *Controller) current(ctx context.Context) (*assoc, error) {
 	for {
 		c.mu.Lock()
-		a, ready, closed, lost := c.cur, c.ready, c.closed, c.lost
+		a, ready, closed, lost, restarted := c.cur, c.ready, c.closed, c.lost, c.restarted
 		c.mu.Unlock()
 		if closed {
 			return nil, errClosed
+		}
+		if restarted != nil {
+			return nil, restarted
 		}
 		if a != nil {
 			return a, nil

@@ -50,6 +50,13 @@ func (c *Controller) Namespace(nsid uint32) (*Namespace, error) {
 	return &Namespace{c: c, nsid: nsid, id: id, bs: bs, size: int64(id.NSZE) * int64(bs), maxIO: maxIO, flags: flags}, nil
 }
 
+// Incarnation is the boot incarnation of the target's node
+// (Controller.Incarnation; raid.Incarnated): a RAID member whose node
+// restarted since its superblock was written catches up instead of being
+// taken as current. 0 (unknown) from a target that reports none; raid
+// then keeps its behaviour for devices without an incarnation.
+func (n *Namespace) Incarnation() uint64 { return n.c.Incarnation() }
+
 // NSID is the namespace ID.
 func (n *Namespace) NSID() uint32 { return n.nsid }
 

@@ -52,6 +52,16 @@ type Options struct {
 	// CQT, see waitQuiesced), so nothing written on the new one can be
 	// overtaken by an abandoned write of the old.
 	FailFast bool
+	// OneIncarnation is for a RAID array's members too: a reconnect that
+	// finds the target's node restarted (its boot incarnation in Identify
+	// Controller changed, both known: nvme.IncarnationOff) is not taken.
+	// The drive's volatile cache may have been lost with the node, so
+	// writes completed on the earlier connection may be gone, and a
+	// connection made to one incarnation does not go on in the next
+	// (raid.Incarnated). The controller then stops reconnecting and its
+	// I/O fails as a path error: the array takes the member as missing,
+	// and the owner's re-add imports it afresh and catches it up.
+	OneIncarnation bool
 	// Logger receives connection events (default: discard).
 	Logger *slog.Logger
 	// Dialer opens TCP connections (default net.Dialer).
