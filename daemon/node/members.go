@@ -27,6 +27,12 @@ func memberOptions(p config.Policies) host.Options {
 		// is missing, resynced from the bitmap when back) instead of
 		// waiting for the reconnect and for the lost writes' quiesce.
 		FailFast: true,
+		// A member's connection does not go on to its drive node's next
+		// boot (the drive's volatile cache may be lost with it): its I/O
+		// fails as a path error, the member is missing, and the re-add
+		// imports it afresh, whose incarnation (host.Namespace, from the
+		// target's Identify Controller) tells raid to catch it up.
+		OneIncarnation: true,
 	}
 }
 
