@@ -24,6 +24,7 @@ type fakeTarget struct {
 	disk   []byte
 	bs     int
 	mdts   uint8
+	inc    uint64 // boot incarnation reported in Identify Controller
 	mqes   uint16
 	cc     uint64
 	conns  []*fakeConn
@@ -177,7 +178,7 @@ func (tg *fakeTarget) exec(c *fakeConn, s *nvme.SQE, data []byte) nvme.CQE {
 		var b []byte
 		switch id.CNS {
 		case nvme.CNSController:
-			ic := nvme.IdentifyController{MN: "fake", MDTS: tg.mdts, SGLS: 1<<2 | 1, CntlID: tg.cntlID, SubNQN: "nqn.test:sub"}
+			ic := nvme.IdentifyController{MN: "fake", MDTS: tg.mdts, SGLS: 1<<2 | 1, CntlID: tg.cntlID, SubNQN: "nqn.test:sub", Incarnation: tg.inc}
 			b = ic.Append(nil)
 		case nvme.CNSNamespace:
 			if id.NSID != 1 {
@@ -346,6 +347,28 @@ func TestHostOverFakeTarget(t *testing.T) {
 
 // TestHostStatusError: an NVMe error status from the target reaches the
 // caller as that status, and the queue keeps working.
+// TestNamespaceIncarnation: an RDMA member reports the boot incarnation
+// of its target's node from Identify Controller (raid.Incarnated), 0 from
+// a target that reports none.
+func TestNamespaceIncarnation(t *testing.T) {
+	for _, inc := range []uint64{0, 0x5eed} {
+		tg := newFake(t)
+		tg.inc = inc
+		c, err := Connect(context.Background(), "10.0.0.1:4420", Options{SubNQN: "nqn.test:sub", IOQueues: 1, QueueDepth: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := c.Namespace(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ns.Incarnation(); got != inc {
+			t.Errorf("incarnation %#x from a target reporting %#x", got, inc)
+		}
+		c.Close()
+	}
+}
+
 func TestHostStatusError(t *testing.T) {
 	tg := newFake(t)
 	tg.failLBA, tg.failStatus = 8, nvme.StatusInvalidField|nvme.StatusDNR

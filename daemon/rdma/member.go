@@ -63,6 +63,13 @@ func IsPathError(err error) bool {
 // NSID is the namespace ID.
 func (n *Namespace) NSID() uint32 { return n.nsid }
 
+// Incarnation is the boot incarnation of the target's node that Identify
+// Controller reported at Connect (nvme.IncarnationOff; raid.Incarnated),
+// 0 when the target reports none. An RDMA controller does not reconnect
+// (a lost queue fails the member, and the owner's re-add connects again),
+// so a connection never outlives the incarnation it was made to.
+func (n *Namespace) Incarnation() uint64 { return n.c.id.Incarnation }
+
 // resv runs a reservation command on an I/O queue.
 func (n *Namespace) resv(op string, opc uint8, cdw10 uint32, data []byte) error {
 	if n.closed.Load() || n.c.closed.Load() {
