@@ -66,6 +66,19 @@ func (n *Node) openDrives() error {
 	return nil
 }
 
+// backendBootID is the boot id the backend target reports as this node's
+// incarnation: "" (the kernel's boot id) but under the nemesis's power-cut
+// hook (TIER0_NEMESIS_POWERCUT=1, openDrives), where every kill -9 loses
+// the drives' unflushed writes as a power cut would: each start of the
+// process is then a new boot, so that the arrays' owners catch the
+// members up as after a real one (daemon/raid incarnation.go).
+func backendBootID() string {
+	if os.Getenv("TIER0_NEMESIS_POWERCUT") != "1" {
+		return ""
+	}
+	return fmt.Sprintf("nemesis-power-cut-%d-%d", os.Getpid(), time.Now().UnixNano())
+}
+
 // startBackend exports every local drive as its own subsystem on the
 // backend fabric. A drive shared by k arrays is split into k namespaces.
 // Only the cluster's own nodes may connect.
@@ -79,6 +92,7 @@ func (n *Node) startBackend() error {
 		CntlIDBase:  cntlBase,
 		CntlIDCount: cntlCount,
 		StateDir:    n.stateDir("backend-resv"),
+		BootID:      backendBootID(),
 		Logger:      n.log.With("layer", "backend"),
 		// Connect and authentication, accept to finish (0: the default)
 		ConnectTimeout: n.cfg.Fabrics.Backend.ConnectTimeout.D(),

@@ -239,3 +239,19 @@ func TestPowerCutMemberIsNotReconnected(t *testing.T) {
 		t.Errorf("after the resync: %q (%s), want optimal", st.State, st.Reason)
 	}
 }
+
+// TestNemesisPowerCutStartIsANewBoot: under the nemesis's power-cut hook
+// every start of tier0d loses its drives' unflushed writes, so each start
+// reports another boot id; without it the kernel's boot id ("") is used.
+func TestNemesisPowerCutStartIsANewBoot(t *testing.T) {
+	t.Setenv("TIER0_NEMESIS_POWERCUT", "")
+	if id := backendBootID(); id != "" {
+		t.Errorf("boot id %q without the power-cut hook, want \"\" (the kernel's)", id)
+	}
+	t.Setenv("TIER0_NEMESIS_POWERCUT", "1")
+	a := backendBootID()
+	time.Sleep(time.Millisecond) // another start, later
+	if b := backendBootID(); a == "" || a == b {
+		t.Errorf("boot ids %q and %q of two starts under the power-cut hook, want two different ones", a, b)
+	}
+}
