@@ -416,8 +416,14 @@ func (a *Array) commitStripe(w *stripeWork) error {
 		// write to the stripe since the last flush; on a healthy
 		// stripe, only one to the bytes the partial covers (a crash
 		// that also loses a member would rebuild its chunk from it).
-		if !p.healthy && a.jl.unflushed(p.s) || p.healthy && a.jl.partialUnflushed(p.s, p.lo, p.hi, p.rlo, p.rhi, p.C) {
+		// (The healthy case flushes only the stripe's members that
+		// hold its unflushed writes, flushForPartial.)
+		if !p.healthy && a.jl.unflushed(p.s) {
 			if err := a.flushMembers(); err != nil {
+				return retryOn(err)
+			}
+		} else if p.healthy && a.jl.partialUnflushed(p.s, p.lo, p.hi, p.rlo, p.rhi, p.C) {
+			if err := a.flushForPartial(p); err != nil {
 				return retryOn(err)
 			}
 		}

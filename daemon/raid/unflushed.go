@@ -1,6 +1,10 @@
 package raid
 
-import "sync/atomic"
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+)
 
 // Per-stripe unflushed state. A log entry's partial parity is computed
 // from the current content of the bytes the write does not modify, and
@@ -24,7 +28,13 @@ type wstate struct {
 	gen    atomic.Uint64 // generation of the last completed write
 	vgen   atomic.Uint64 // generation of the last completed write not made durable (no FUA)
 	lo, hi int64         // bytes of the stripe's data written since the last flush (conservative union; empty when lo >= hi)
+	// owner is the stripe whose writes lo and hi hold, plus one, or
+	// ownerMixed when writes of two stripes of the slot merged there
+	// (only a flush of every member then covers them all).
+	owner int64
 }
+
+const ownerMixed = -1
 
 func (j *journal) wslot(s int64) *wstate { return &j.wst[uint64(s)%wstSlots] }
 
@@ -39,9 +49,12 @@ func (j *journal) wrote(s, lo, hi int64, durable bool) {
 	g := j.gen.Load()
 	if !durable {
 		if w.lo >= w.hi {
-			w.lo, w.hi = lo, hi
+			w.lo, w.hi, w.owner = lo, hi, s+1
 		} else {
 			w.lo, w.hi = min(w.lo, lo), max(w.hi, hi)
+			if w.owner != s+1 {
+				w.owner = ownerMixed
+			}
 		}
 		w.vgen.Store(g)
 	}
@@ -97,4 +110,64 @@ func (j *journal) markUnflushed(set *stripeSet, stripes int64) {
 			set.set(s)
 		}
 	}
+}
+
+// flushForPartial makes durable, before the log entry of plan p is
+// written, the bytes its partial parity covers that were written since
+// the last flush (partialUnflushed; stripe lock held). On a healthy
+// stripe whose slot holds this stripe's writes alone, that is a flush of
+// the members those writes went to: the data members of every chunk the
+// written range spans and the stripe's parity members. Afterwards every
+// completed write of the stripe is durable on every member it reached,
+// exactly as after a flush of all members as far as this stripe is
+// concerned, so its range is emptied. The parities are flushed too
+// although the new entry's replay rewrites them over its rows: the
+// replay applies only the stripe's newest entry, so parity rows outside
+// that entry that earlier writes of the interval changed must already
+// be durable. Nothing else changes: the log tail and the generations
+// (flushedGen) move only with a flush of all members, so the entries of
+// other stripes, markUnflushed and unflushed stay as conservative as
+// before. A mixed slot, a degraded stripe or a failed member flush
+// falls back to flushing every member.
+func (a *Array) flushForPartial(p *stripePlan) error {
+	w := a.jl.wslot(p.s)
+	if !p.healthy || w.owner != p.s+1 || w.lo >= w.hi {
+		return a.flushMembers()
+	}
+	roles := make([]int, 0, a.geo.Members)
+	for i := w.lo / p.C; i <= (w.hi-1)/p.C && i < int64(a.geo.DataDisks); i++ {
+		roles = append(roles, a.dataRole(p.s, int(i)))
+	}
+	for k := 0; k < a.geo.ParityDisks; k++ {
+		roles = append(roles, a.parityRole(p.s, k))
+	}
+	if err := a.flushRoles(roles); err != nil {
+		return a.flushMembers() // a member failed: the full path handles it
+	}
+	w.lo, w.hi = 0, 0
+	return nil
+}
+
+// flushRoles flushes the members of roles in parallel; any of them not
+// present or failing is an error (the caller then flushes every member).
+func (a *Array) flushRoles(roles []int) error {
+	errs := make([]error, len(roles))
+	var wg sync.WaitGroup
+	for x, r := range roles {
+		m := a.member(r)
+		if m == nil || uint8(m.state.Load()) != roleActive {
+			return errGone
+		}
+		if a.serial() {
+			errs[x] = a.call(m, "flush", m.dev.Flush)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[x] = a.call(m, "flush", m.dev.Flush)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
