@@ -47,6 +47,10 @@ type journal struct {
 	// when the last retire flush started.
 	completed, completedAtRetire uint64
 
+	// lastSlots holds, per stripe, where its newest entry written in
+	// full lies (supersede).
+	lastSlots map[int64]entSlots
+
 	// Write generations: gen advances at the start of every member
 	// flush; wst records, per stripe (hashed), the generation in which
 	// its last write completed and the bytes written since the last
@@ -104,7 +108,7 @@ type logEntry struct {
 
 func newJournal(a *Array, off int64, slots int, slotSize int64) *journal {
 	j := &journal{a: a, off: off, slots: slots, slotSize: slotSize, nextSeq: 1, tail: 1,
-		active: map[uint64]struct{}{}, lastSeq: map[int64]uint64{}}
+		active: map[uint64]struct{}{}, lastSeq: map[int64]uint64{}, lastSlots: map[int64]entSlots{}}
 	j.cond = sync.NewCond(&j.mu)
 	j.gen.Store(1)
 	j.slotSeq = make([][]uint64, a.geo.Members)
@@ -157,6 +161,11 @@ func (j *journal) retire(cand uint64) {
 		for s, q := range j.lastSeq {
 			if q < j.written && q < j.tail {
 				delete(j.lastSeq, s)
+			}
+		}
+		for s, l := range j.lastSlots {
+			if l.seq < j.tail {
+				delete(j.lastSlots, s)
 			}
 		}
 	}
@@ -249,8 +258,43 @@ func (j *journal) begin(e *logEntry, roles []int) error {
 	if tail > j.written {
 		j.written = tail
 	}
+	if err == nil && len(roles) == j.a.geo.ParityDisks {
+		cur := entSlots{seq: e.seq, n: len(roles)}
+		for x, r := range roles {
+			cur.role[x], cur.idx[x] = r, picked[x]
+		}
+		j.supersede(e.stripe, cur)
+	}
 	j.mu.Unlock()
 	return nil
+}
+
+// entSlots is where one entry lies: its slot on each parity role.
+type entSlots struct {
+	seq       uint64
+	n         int
+	role, idx [2]int
+}
+
+// supersede frees the slots of stripe s's previous entry written in
+// full, now that cur, its newer entry, is durable on every parity role of
+// s (j.mu held). The replay applies only the newest entry of a stripe,
+// and every log that can hold the older entry (a parity role of s) holds
+// cur too, so no replay can apply the older one again: its slots are
+// dead although the tail is below it. Without this, a stripe rewritten
+// many times within one flush interval (sequential 4 KiB writes) fills a
+// ring with dead entries and costs a flush of every member to recycle
+// it.
+func (j *journal) supersede(s int64, cur entSlots) {
+	if prev, ok := j.lastSlots[s]; ok {
+		for x := 0; x < prev.n; x++ {
+			if j.slotSeq[prev.role[x]][prev.idx[x]] == prev.seq {
+				j.slotSeq[prev.role[x]][prev.idx[x]] = 0
+			}
+		}
+		j.cond.Broadcast()
+	}
+	j.lastSlots[s] = cur
 }
 
 // end marks e's stripe write complete.
