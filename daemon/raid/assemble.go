@@ -245,13 +245,34 @@ func (a *Array) buildMembers(ref *superblock, byRole []*candidate) int {
 	}
 	missing := 0
 	for r := 0; r < a.geo.Members; r++ {
-		m, absent := a.memberAtAssembly(ref, r, byRole[r], restarted[r])
+		m, absent := a.memberAtAssembly(ref, r, a.emptyStaleLog(ref, r, byRole[r]), restarted[r])
 		if absent {
 			missing++
 		}
 		a.members[r].Store(m)
 	}
 	return missing
+}
+
+// emptyStaleLog empties the log of c, role r's device, when the
+// reference records it missing (it left unreachable and is taken back
+// under a resync), before the replay reads the logs: its entries are
+// those of the run it left, and the runs since, which could not read
+// them, may have issued their sequence numbers again; a replay would
+// merge such an old entry, another stripe's, into the new one and write
+// wrong parity (docs/RELIABILITY.md known problem 9, seed 133638). Its
+// chunks of the stripes written since are resynced, so its old entries
+// are not needed. A device whose log cannot be emptied is left out: it
+// returns nil, role r is then missing.
+func (a *Array) emptyStaleLog(ref *superblock, r int, c *candidate) *candidate {
+	if c == nil || ref.RoleState[r] != roleMissing {
+		return c
+	}
+	if err := a.resetLog(c.dev); err != nil {
+		a.log.Warn("raid member left out of the assembly: its old log could not be emptied", "uuid", fmtUUID(ref.ArrayUUID), "member", r, "err", err)
+		return nil
+	}
+	return c
 }
 
 // memberAtAssembly is role r's member at assembly, from c (nil when no

@@ -362,14 +362,7 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 	// member back: the array may have reused the sequence numbers of
 	// entries only this member held (it was lost with a crash), and a
 	// replay would merge such an old entry with the new one.
-	zero := blockdev.AlignedBuffer(metaBlock)
-	for k := 0; k < a.jl.slots; k++ {
-		if _, err := dev.WriteAt(zero, a.jl.slotOff(k)); err != nil {
-			a.failAs(nm, "log reset: "+err.Error(), a.unreachable(err))
-			return err
-		}
-	}
-	if err := dev.Flush(); err != nil {
+	if err := a.resetLog(dev); err != nil {
 		a.failAs(nm, "log reset: "+err.Error(), a.unreachable(err))
 		return err
 	}
@@ -397,6 +390,20 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 		}
 	}
 	return nil
+}
+
+// resetLog empties dev's partial parity log, durably: a member that was
+// away holds entries of a run whose sequence numbers the array has issued
+// again since, and a replay must never read them (addMember; buildMembers
+// for a member taken back at assembly).
+func (a *Array) resetLog(dev blockdev.Device) error {
+	zero := blockdev.AlignedBuffer(metaBlock)
+	for k := 0; k < a.jl.slots; k++ {
+		if _, err := dev.WriteAt(zero, a.jl.slotOff(k)); err != nil {
+			return err
+		}
+	}
+	return dev.Flush()
 }
 
 // reAddCatchUp reads the superblock of nm's device (a ReAdd) and chooses

@@ -15,6 +15,7 @@ var debugf func(format string, args ...any)
 
 type replayEntry struct {
 	h       entHeader
+	role    int // the member the first copy was read from
 	partial [2][]byte
 	zero    bool
 	missing map[int][]byte
@@ -23,68 +24,8 @@ type replayEntry struct {
 // replay applies the live entries of every present member's log in
 // sequence order. sbTail is the tail stored in the superblock.
 func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
-	a := j.a
-	entries := map[uint64]*replayEntry{}
-	tail := sbTail
-	var mu sync.Mutex
-	errs := a.each(func(m *member) error {
-		for k := 0; k < j.slots; k++ {
-			hb := blockdev.AlignedBuffer(metaBlock)
-			if err := a.mread(m, hb, j.slotOff(k)); err != nil {
-				return err
-			}
-			var h entHeader
-			if _, err := binary.Decode(hb, binary.LittleEndian, &h); err != nil {
-				continue
-			}
-			if string(h.Magic[:]) != entMagic || h.UUID != a.uuid ||
-				crc32.Checksum(hb[:entHeaderSize-4], castagnoli) != h.HeaderCRC {
-				continue
-			}
-			L := int64(h.RowHi) - int64(h.RowLo)
-			if L <= 0 || int64(h.RowHi) > a.geo.ChunkSize || int64(h.Stripe) >= a.geo.Stripes || h.NMissing > 2 || h.Parity > 1 ||
-				!a.entryRangeValid(&h) ||
-				int64(h.PayloadLen) != L*(int64(h.NMissing)+int64(h.Flags&entHasPartial)/entHasPartial) ||
-				int64(h.PayloadLen) > j.slotSize-metaBlock {
-				continue
-			}
-			pl := blockdev.AlignedBuffer(int(h.PayloadLen))
-			if len(pl) > 0 {
-				if err := a.mread(m, pl, j.slotOff(k)+metaBlock); err != nil {
-					return err
-				}
-			}
-			if crc32.Checksum(pl, castagnoli) != h.PayloadCRC {
-				continue // torn: its stripe write never started
-			}
-			mu.Lock()
-			if h.Tail > tail {
-				tail = h.Tail
-			}
-			e := entries[h.Seq]
-			if e == nil {
-				e = &replayEntry{h: h, missing: map[int][]byte{}}
-				entries[h.Seq] = e
-			}
-			e.zero = h.Flags&entZeroPartial != 0
-			if h.Flags&entHasPartial != 0 {
-				e.partial[h.Parity] = pl[:L]
-				pl = pl[L:]
-			}
-			for x := 0; x < int(h.NMissing); x++ {
-				e.missing[int(h.Missing[x])] = pl[:L]
-				pl = pl[L:]
-			}
-			mu.Unlock()
-		}
-		return nil
-	})
-	for _, e := range errs {
-		if e != nil && !errors.Is(e, errGone) {
-			return 0, e
-		}
-	}
-	if err := a.usable(); err != nil {
+	entries, tail, err := j.readLogs(sbTail)
+	if err != nil {
 		return 0, err
 	}
 	var seqs []uint64
@@ -132,6 +73,111 @@ func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 	j.tail = j.nextSeq
 	j.mu.Unlock()
 	return len(seqs), nil
+}
+
+// readLogs reads every present member's log: the entries by sequence
+// number (a RAID-6 entry has a copy on each parity member) and the
+// highest tail any of them, or the superblock (sbTail), recorded.
+func (j *journal) readLogs(sbTail uint64) (map[uint64]*replayEntry, uint64, error) {
+	a := j.a
+	entries := map[uint64]*replayEntry{}
+	tail := sbTail
+	var mu sync.Mutex
+	var conflict error
+	errs := a.each(func(m *member) error {
+		return j.readLog(m, func(h entHeader, pl []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			tail = max(tail, h.Tail)
+			e := entries[h.Seq]
+			if e == nil {
+				e = &replayEntry{h: h, role: m.role, missing: map[int][]byte{}}
+				entries[h.Seq] = e
+			} else if err := e.sameWrite(&h, m.role); err != nil {
+				conflict = err
+				return
+			}
+			e.add(&h, pl)
+		})
+	})
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, errGone) {
+			return nil, 0, e
+		}
+	}
+	if err := a.usable(); err != nil {
+		return nil, 0, err
+	}
+	if conflict != nil {
+		return nil, 0, fmt.Errorf("%w: refusing to replay the log; assemble the array without the member that was away (ReAdd then empties its log and resyncs it): %w", conflict, ErrStale)
+	}
+	return entries, tail, nil
+}
+
+// readLog reads m's log slots and gives each valid entry (header checked,
+// payload CRC matching) to add with its payload.
+func (j *journal) readLog(m *member, add func(h entHeader, pl []byte)) error {
+	a := j.a
+	for k := 0; k < j.slots; k++ {
+		hb := blockdev.AlignedBuffer(metaBlock)
+		if err := a.mread(m, hb, j.slotOff(k)); err != nil {
+			return err
+		}
+		var h entHeader
+		if _, err := binary.Decode(hb, binary.LittleEndian, &h); err != nil {
+			continue
+		}
+		if string(h.Magic[:]) != entMagic || h.UUID != a.uuid ||
+			crc32.Checksum(hb[:entHeaderSize-4], castagnoli) != h.HeaderCRC {
+			continue
+		}
+		L := int64(h.RowHi) - int64(h.RowLo)
+		if L <= 0 || int64(h.RowHi) > a.geo.ChunkSize || int64(h.Stripe) >= a.geo.Stripes || h.NMissing > 2 || h.Parity > 1 ||
+			!a.entryRangeValid(&h) ||
+			int64(h.PayloadLen) != L*(int64(h.NMissing)+int64(h.Flags&entHasPartial)/entHasPartial) ||
+			int64(h.PayloadLen) > j.slotSize-metaBlock {
+			continue
+		}
+		pl := blockdev.AlignedBuffer(int(h.PayloadLen))
+		if len(pl) > 0 {
+			if err := a.mread(m, pl, j.slotOff(k)+metaBlock); err != nil {
+				return err
+			}
+		}
+		if crc32.Checksum(pl, castagnoli) != h.PayloadCRC {
+			continue // torn: its stripe write never started
+		}
+		add(h, pl)
+	}
+	return nil
+}
+
+// sameWrite checks that h, read from role, is a copy of e's entry: the
+// copies of one entry describe one write. Two different writes under one
+// sequence number mean that a member kept entries of a run whose numbers
+// were issued again; merging them would apply one stripe's partial parity
+// to another (docs/RELIABILITY.md known problem 9, seed 133638).
+func (e *replayEntry) sameWrite(h *entHeader, role int) error {
+	g := &e.h
+	if g.Stripe == h.Stripe && g.RowLo == h.RowLo && g.RowHi == h.RowHi && g.DataLo == h.DataLo && g.DataHi == h.DataHi && g.ModMask == h.ModMask {
+		return nil
+	}
+	return fmt.Errorf("log entry %d on member %d is for stripe %d bytes [%d, %d), on member %d for stripe %d bytes [%d, %d): one sequence number for two writes",
+		h.Seq, e.role, g.Stripe, g.DataLo, g.DataHi, role, h.Stripe, h.DataLo, h.DataHi)
+}
+
+// add takes one copy's partial parity and logged data into e.
+func (e *replayEntry) add(h *entHeader, pl []byte) {
+	L := int64(h.RowHi) - int64(h.RowLo)
+	e.zero = h.Flags&entZeroPartial != 0
+	if h.Flags&entHasPartial != 0 {
+		e.partial[h.Parity] = pl[:L]
+		pl = pl[L:]
+	}
+	for x := 0; x < int(h.NMissing); x++ {
+		e.missing[int(h.Missing[x])] = pl[:L]
+		pl = pl[L:]
+	}
 }
 
 // settleSegments handles, on RAID-6 with both parities in sync, the row
