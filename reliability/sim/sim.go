@@ -581,6 +581,11 @@ func (w *world) read(via string, dev blockdev.Device, unit int, client int32) {
 	}
 	v := value(unit, buf)
 	w.ops = append(w.ops, history.Op{Unit: int32(unit), Kind: history.Read, Value: v, Client: client, Call: call, Return: w.seq})
+	if v == history.Foreign {
+		// Name the block's own unit and generation: which write landed here.
+		w.note("read unit %d via %s: foreign block of unit %d gen %d", unit, via, binary.LittleEndian.Uint64(buf[8:]), binary.LittleEndian.Uint64(buf[16:]))
+		return
+	}
 	w.note("read unit %d via %s: gen %d", unit, via, v)
 }
 
