@@ -396,12 +396,19 @@ type DataPDU struct {
 func (p DataPDU) Append(b []byte, digest uint8) []byte {
 	h := Header{Type: p.Type, Flags: p.Flags &^ (FlagHDGST | FlagDDGST), HLen: DataHLen}
 	h.PLen, h.PDO = dataLayout(&h, int(p.Length), digest)
+	return appendTransfer(b, h, p.CID, p.TTag, p.Offset, p.Length, digest)
+}
+
+// appendTransfer appends the header h and the fields that data PDUs and
+// R2T share (CID, TTAG, offset, length, 4 reserved bytes), then the
+// header digest when negotiated.
+func appendTransfer(b []byte, h Header, cid, ttag uint16, off, n uint32, digest uint8) []byte {
 	start := len(b)
 	b = h.Append(b)
-	b = binary.LittleEndian.AppendUint16(b, p.CID)
-	b = binary.LittleEndian.AppendUint16(b, p.TTag)
-	b = binary.LittleEndian.AppendUint32(b, p.Offset)
-	b = binary.LittleEndian.AppendUint32(b, p.Length)
+	b = binary.LittleEndian.AppendUint16(b, cid)
+	b = binary.LittleEndian.AppendUint16(b, ttag)
+	b = binary.LittleEndian.AppendUint32(b, off)
+	b = binary.LittleEndian.AppendUint32(b, n)
 	b = append(b, 0, 0, 0, 0)
 	if digest&DigestHeader != 0 {
 		b = AppendDigest(b, b[start:])
@@ -446,17 +453,7 @@ type R2T struct {
 func (p R2T) Append(b []byte, digest uint8) []byte {
 	h := Header{Type: PDUR2T, HLen: R2THLen}
 	h.PLen, h.PDO = dataLayout(&h, 0, digest)
-	start := len(b)
-	b = h.Append(b)
-	b = binary.LittleEndian.AppendUint16(b, p.CID)
-	b = binary.LittleEndian.AppendUint16(b, p.TTag)
-	b = binary.LittleEndian.AppendUint32(b, p.Offset)
-	b = binary.LittleEndian.AppendUint32(b, p.Length)
-	b = append(b, 0, 0, 0, 0)
-	if digest&DigestHeader != 0 {
-		b = AppendDigest(b, b[start:])
-	}
-	return b
+	return appendTransfer(b, h, p.CID, p.TTag, p.Offset, p.Length, digest)
 }
 
 // ParseR2T decodes an R2T PDU header in b.
