@@ -99,9 +99,9 @@ func TestTargetedFlushMembers(t *testing.T) {
 // a crash leaving any mix of the unflushed blocks and losing chunk 2's
 // member must rebuild chunk 2's unwritten rows as they were. They are
 // rebuilt from parity rows that only the first writes' entries covered,
-// and the replay applies only the newest entry: without the parity in
-// the targeted flush, a parity block that reverted at the crash rebuilt
-// them wrong.
+// whose slots the targeted flush frees: without the parity in the
+// targeted flush, a parity block that reverted at the crash rebuilt them
+// wrong.
 func TestSeqWritesTargetedFlushCrashWithLoss(t *testing.T) {
 	for seed := int64(0); seed < 8; seed++ {
 		rng := rand.New(rand.NewSource(seed))

@@ -25,8 +25,8 @@ import (
 // the modified chunks, so every chunk the write did not touch — including
 // a missing member's chunk, which only exists as parity — reads back
 // intact. Of the live entries (an entry is live until a flush of all
-// members after its write completed: the log tail), only the newest of
-// each stripe is replayed; see replay.
+// members after its write completed: the log tail), each is applied on
+// the rows that no newer live entry of its stripe covers; see replay.
 type journal struct {
 	a        *Array
 	off      int64
@@ -47,9 +47,9 @@ type journal struct {
 	// when the last retire flush started.
 	completed, completedAtRetire uint64
 
-	// lastSlots holds, per stripe, where its newest entry written in
-	// full lies (supersede).
-	lastSlots map[int64]entSlots
+	// lastSlots holds, per stripe, where its live entries written in
+	// full lie, oldest first (supersede).
+	lastSlots map[int64][]entSlots
 
 	// Write generations: gen advances at the start of every member
 	// flush; wst records, per stripe (hashed), the generation in which
@@ -108,7 +108,7 @@ type logEntry struct {
 
 func newJournal(a *Array, off int64, slots int, slotSize int64) *journal {
 	j := &journal{a: a, off: off, slots: slots, slotSize: slotSize, nextSeq: 1, tail: 1,
-		active: map[uint64]struct{}{}, lastSeq: map[int64]uint64{}, lastSlots: map[int64]entSlots{}}
+		active: map[uint64]struct{}{}, lastSeq: map[int64]uint64{}, lastSlots: map[int64][]entSlots{}}
 	j.cond = sync.NewCond(&j.mu)
 	j.gen.Store(1)
 	j.slotSeq = make([][]uint64, a.geo.Members)
@@ -164,8 +164,11 @@ func (j *journal) retire(cand uint64) {
 			}
 		}
 		for s, l := range j.lastSlots {
-			if l.seq < j.tail {
+			l = slices.DeleteFunc(l, func(x entSlots) bool { return x.seq < j.tail })
+			if len(l) == 0 {
 				delete(j.lastSlots, s)
+			} else {
+				j.lastSlots[s] = l
 			}
 		}
 	}
@@ -259,7 +262,7 @@ func (j *journal) begin(e *logEntry, roles []int) error {
 		j.written = tail
 	}
 	if err == nil && len(roles) == j.a.geo.ParityDisks {
-		cur := entSlots{seq: e.seq, n: len(roles)}
+		cur := entSlots{seq: e.seq, n: len(roles), rlo: e.rlo, rhi: e.rhi}
 		for x, r := range roles {
 			cur.role[x], cur.idx[x] = r, picked[x]
 		}
@@ -269,32 +272,59 @@ func (j *journal) begin(e *logEntry, roles []int) error {
 	return nil
 }
 
-// entSlots is where one entry lies: its slot on each parity role.
+// entSlots is where one entry lies: its slot on each parity role, and
+// its rows.
 type entSlots struct {
 	seq       uint64
 	n         int
 	role, idx [2]int
+	rlo, rhi  int64
 }
 
-// supersede frees the slots of stripe s's previous entry written in
-// full, now that cur, its newer entry, is durable on every parity role of
-// s (j.mu held). The replay applies only the newest entry of a stripe,
+// supersede frees the slots of stripe s's older entries written in full
+// whose rows cur's rows include, now that cur, the newer entry, is
+// durable on every parity role of s (j.mu held). The replay applies an
+// entry only on the rows no newer entry of its stripe covers (replay),
 // and every log that can hold the older entry (a parity role of s) holds
 // cur too, so no replay can apply the older one again: its slots are
-// dead although the tail is below it. Without this, a stripe rewritten
-// many times within one flush interval (sequential 4 KiB writes) fills a
-// ring with dead entries and costs a flush of every member to recycle
-// it.
+// dead although the tail is below it. An older entry with rows outside
+// cur's stays live: a replay may need it there (its write completed and
+// not flushed, torn by a crash). Without this, a stripe rewritten many
+// times within one flush interval (sequential 4 KiB writes) fills a ring
+// with dead entries and costs a flush of every member to recycle it.
 func (j *journal) supersede(s int64, cur entSlots) {
-	if prev, ok := j.lastSlots[s]; ok {
-		for x := 0; x < prev.n; x++ {
-			if j.slotSeq[prev.role[x]][prev.idx[x]] == prev.seq {
-				j.slotSeq[prev.role[x]][prev.idx[x]] = 0
-			}
+	l := slices.DeleteFunc(j.lastSlots[s], func(prev entSlots) bool {
+		if prev.rlo < cur.rlo || prev.rhi > cur.rhi {
+			return false
 		}
-		j.cond.Broadcast()
+		j.free(prev)
+		return true
+	})
+	j.lastSlots[s] = append(l, cur)
+}
+
+// free frees the slots of an entry unless they were taken again (j.mu
+// held).
+func (j *journal) free(prev entSlots) {
+	for x := 0; x < prev.n; x++ {
+		if j.slotSeq[prev.role[x]][prev.idx[x]] == prev.seq {
+			j.slotSeq[prev.role[x]][prev.idx[x]] = 0
+		}
 	}
-	j.lastSlots[s] = cur
+	j.cond.Broadcast()
+}
+
+// stripeDurable frees the slots of stripe s's entries written in full:
+// every completed write of s is durable on every member it reached
+// (flushForPartial; stripe lock held, so none of s is in flight), and
+// rows whose parity and data are durable and agree need no replay.
+func (j *journal) stripeDurable(s int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, prev := range j.lastSlots[s] {
+		j.free(prev)
+	}
+	delete(j.lastSlots, s)
 }
 
 // end marks e's stripe write complete.

@@ -1,6 +1,7 @@
 package raid
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,32 +40,52 @@ func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 		}
 	}
 	slices.Sort(seqs)
-	// Only the newest live entry of each stripe can describe a write that
-	// was cut short: writes to a stripe are serialized by the stripe lock,
-	// and the data of a completed write is flushed before the next entry
-	// of its stripe is written. Older entries describe completed writes;
-	// replaying one would rewrite parity with the content their chunks had
-	// before later, acknowledged writes (and a later entry that cannot be
-	// applied, because a modified chunk's member is gone, would leave it
-	// so). So replay the newest entry per stripe only.
-	newest := map[uint64]uint64{}
+	// Each row of a stripe is made consistent by the newest live entry
+	// whose rows [RowLo, RowHi) include it, and by no older one. Writes
+	// to a stripe are serialized by the stripe lock, so an entry's
+	// partial parity holds the content its rows' unmodified bytes had
+	// after every older write of the stripe completed. Applied on rows
+	// that a newer entry covers, an older entry would rewrite parity
+	// with the content its chunks had before later, acknowledged writes
+	// (and a newer entry that cannot be applied there, because a
+	// modified chunk's member is gone, would leave it so). But an older
+	// entry's rows that no newer entry covers can hold its write cut
+	// short, or completed and not flushed (torn by the crash: a later
+	// write to other rows of the stripe flushes nothing when its partial
+	// parity covers none of the unflushed bytes, unflushed.go); there its
+	// partial is still the parity of every unmodified byte, since each
+	// later change of those rows is a newer entry covering them (a
+	// partial write is always logged, a whole-stripe write is logged, as
+	// a marker covering every row, while the stripe has a live entry:
+	// needsMarker). So each entry is applied on the rows of its range
+	// that no newer live entry of its stripe covers.
+	byStripe := map[uint64][]uint64{}
 	for _, s := range seqs {
-		newest[entries[s].h.Stripe] = s // seqs ascend
+		st := entries[s].h.Stripe
+		byStripe[st] = append(byStripe[st], s) // seqs ascend
 	}
-	seqs = seqs[:0]
-	for _, s := range newest {
-		seqs = append(seqs, s)
-	}
-	slices.Sort(seqs)
-	if debugf != nil {
-		debugf("replay: tail %d, %d entries read, %d live", tail, len(entries), len(seqs))
-	}
-	for _, s := range seqs {
-		if debugf != nil {
-			e := entries[s]
-			debugf("replay seq %d stripe %d rows %d-%d mask %b zero %v partials %v %v missing %d", s, e.h.Stripe, e.h.RowLo, e.h.RowHi, e.h.ModMask, e.zero, e.partial[0] != nil, e.partial[1] != nil, len(e.missing))
+	var jobs []replayJob
+	for _, ss := range byStripe {
+		var covered []rowSeg // rows covered by newer entries, sorted, disjoint
+		for x := len(ss) - 1; x >= 0; x-- {
+			e := entries[ss[x]]
+			seg := rowSeg{int64(e.h.RowLo), int64(e.h.RowHi)}
+			if free := subtractSegs(seg, covered); len(free) > 0 {
+				jobs = append(jobs, replayJob{seq: ss[x], rows: free})
+			}
+			covered = addSeg(covered, seg)
 		}
-		if err := j.apply(entries[s]); err != nil {
+	}
+	slices.SortFunc(jobs, func(x, y replayJob) int { return cmp.Compare(x.seq, y.seq) })
+	if debugf != nil {
+		debugf("replay: tail %d, %d entries read, %d live, %d to apply", tail, len(entries), len(seqs), len(jobs))
+	}
+	for _, jb := range jobs {
+		if debugf != nil {
+			e := entries[jb.seq]
+			debugf("replay seq %d stripe %d rows %d-%d (applied on %v) mask %b zero %v partials %v %v missing %d", jb.seq, e.h.Stripe, e.h.RowLo, e.h.RowHi, jb.rows, e.h.ModMask, e.zero, e.partial[0] != nil, e.partial[1] != nil, len(e.missing))
+		}
+		if err := j.apply(entries[jb.seq], jb.rows); err != nil {
 			return 0, err
 		}
 	}
@@ -72,7 +93,60 @@ func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 	j.nextSeq = max(j.nextSeq, maxSeq+1, sbSeq)
 	j.tail = j.nextSeq
 	j.mu.Unlock()
-	return len(seqs), nil
+	return len(jobs), nil
+}
+
+// rowSeg is a row range [a, b) of a stripe.
+type rowSeg struct{ a, b int64 }
+
+// replayJob is one live entry and the rows it is applied on.
+type replayJob struct {
+	seq  uint64
+	rows []rowSeg
+}
+
+// subtractSegs returns seg minus the sorted, disjoint segments of set.
+func subtractSegs(seg rowSeg, set []rowSeg) []rowSeg {
+	var out []rowSeg
+	x := seg.a
+	for _, c := range set {
+		if c.b <= x || c.a >= seg.b {
+			continue
+		}
+		if c.a > x {
+			out = append(out, rowSeg{x, c.a})
+		}
+		x = max(x, c.b)
+	}
+	if x < seg.b {
+		out = append(out, rowSeg{x, seg.b})
+	}
+	return out
+}
+
+// addSeg returns the sorted, disjoint union of set and seg.
+func addSeg(set []rowSeg, seg rowSeg) []rowSeg {
+	all := append(slices.Clone(set), seg)
+	slices.SortFunc(all, func(x, y rowSeg) int { return cmp.Compare(x.a, y.a) })
+	out := all[:1]
+	for _, c := range all[1:] {
+		if last := &out[len(out)-1]; c.a <= last.b {
+			last.b = max(last.b, c.b)
+		} else {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// inSegs reports whether [x, y) lies inside one of the segments.
+func inSegs(segs []rowSeg, x, y int64) bool {
+	for _, c := range segs {
+		if c.a <= x && y <= c.b {
+			return true
+		}
+	}
+	return false
 }
 
 // readLogs reads every present member's log: the entries by sequence
@@ -189,8 +263,9 @@ func (e *replayEntry) add(h *entHeader, pl []byte) {
 // not modify, is taken from the partial parity of P (the parity of every
 // unmodified byte), X is defined by P and the other chunks (its blocks
 // old or new, as for any write in flight), and Q is rewritten to match.
-// It reports the segments it settled.
-func (j *journal) settleSegments(e *replayEntry, cuts []int64, cov []cover, data [][]byte) ([]bool, error) {
+// It reports the segments it settled; it leaves the segments of skip
+// (rows a newer entry covers) alone.
+func (j *journal) settleSegments(e *replayEntry, cuts []int64, cov []cover, data [][]byte, skip []bool) ([]bool, error) {
 	a := j.a
 	fixed := make([]bool, len(cuts))
 	if a.geo.Level != RAID6 {
@@ -207,6 +282,9 @@ func (j *journal) settleSegments(e *replayEntry, cuts []int64, cov []cover, data
 		return e.h.ModMask&(1<<i) != 0 && cov[i].a <= x && cov[i].b >= y
 	}
 	for c := 0; c+1 < len(cuts); c++ {
+		if skip[c] {
+			continue
+		}
 		x, y := cuts[c], cuts[c+1]
 		nilMod, nNil, missU, nMissU := -1, 0, -1, 0
 		for i := 0; i < nd; i++ {
@@ -300,7 +378,8 @@ func (a *Array) entryRangeValid(h *entHeader) bool {
 	return mask == h.ModMask && rlo == int64(h.RowLo) && rhi == int64(h.RowHi)
 }
 
-// apply recomputes the parity of one entry's rows from its partial and
+// apply recomputes the parity of one entry's rows, those of rows (the
+// ones no newer entry of the stripe covers, replay), from its partial and
 // the current data of the modified chunks. The partial parity covers
 // every byte of the rows that the write did not modify — also the
 // unmodified rows of a partly written chunk — so each modified chunk
@@ -308,7 +387,7 @@ func (a *Array) entryRangeValid(h *entHeader) bool {
 // with one set of covering chunks each: a segment whose modified chunk
 // can be neither read nor taken from the entry is left as it is (only
 // that chunk's in-flight rows lie there), the others are made consistent.
-func (j *journal) apply(e *replayEntry) error {
+func (j *journal) apply(e *replayEntry, rows []rowSeg) error {
 	a := j.a
 	s := int64(e.h.Stripe)
 	rlo, rhi := int64(e.h.RowLo), int64(e.h.RowHi)
@@ -348,9 +427,16 @@ func (j *journal) apply(e *replayEntry) error {
 		}
 		data[i] = buf
 	}
+	for _, r := range rows {
+		cuts = append(cuts, r.a, r.b)
+	}
 	slices.Sort(cuts)
 	cuts = slices.Compact(cuts)
-	fixed, err := j.settleSegments(e, cuts, cov, data)
+	skip := make([]bool, len(cuts))
+	for c := 0; c+1 < len(cuts); c++ {
+		skip[c] = !inSegs(rows, cuts[c], cuts[c+1])
+	}
+	fixed, err := j.settleSegments(e, cuts, cov, data, skip)
 	if err != nil {
 		return err
 	}
@@ -377,7 +463,7 @@ func (j *journal) apply(e *replayEntry) error {
 		}
 		for c := 0; c+1 < len(cuts); c++ {
 			x, y := cuts[c], cuts[c+1]
-			if fixed[c] {
+			if fixed[c] || skip[c] {
 				if err := flush(x); err != nil {
 					return err
 				}

@@ -120,11 +120,12 @@ func (j *journal) markUnflushed(set *stripeSet, stripes int64) {
 // written range spans and the stripe's parity members. Afterwards every
 // completed write of the stripe is durable on every member it reached,
 // exactly as after a flush of all members as far as this stripe is
-// concerned, so its range is emptied. The parities are flushed too
-// although the new entry's replay rewrites them over its rows: the
-// replay applies only the stripe's newest entry, so parity rows outside
-// that entry that earlier writes of the interval changed must already
-// be durable. Nothing else changes: the log tail and the generations
+// concerned, so its range is emptied and the slots of its older entries
+// are freed (stripeDurable: rows whose data and parity are durable and
+// agree need no replay). The parities are flushed too although the new
+// entry's replay rewrites them over its rows: parity rows outside that
+// entry that earlier writes of the interval changed must be durable once
+// those writes' entries are freed. Nothing else changes: the log tail and the generations
 // (flushedGen) move only with a flush of all members, so the entries of
 // other stripes, markUnflushed and unflushed stay as conservative as
 // before. A mixed slot, a degraded stripe or a failed member flush
@@ -145,6 +146,7 @@ func (a *Array) flushForPartial(p *stripePlan) error {
 		return a.flushMembers() // a member failed: the full path handles it
 	}
 	w.lo, w.hi = 0, 0
+	a.jl.stripeDurable(p.s)
 	return nil
 }
 
