@@ -50,6 +50,9 @@ type journal struct {
 	// lastSlots holds, per stripe, where its live entries written in
 	// full lie, oldest first (supersede).
 	lastSlots map[int64][]entSlots
+	// spare holds emptied lists of lastSlots for reuse (no allocation
+	// per stripe write in steady state).
+	spare [][]entSlots
 
 	// Write generations: gen advances at the start of every member
 	// flush; wst records, per stripe (hashed), the generation in which
@@ -164,12 +167,14 @@ func (j *journal) retire(cand uint64) {
 			}
 		}
 		for s, l := range j.lastSlots {
-			l = slices.DeleteFunc(l, func(x entSlots) bool { return x.seq < j.tail })
-			if len(l) == 0 {
-				delete(j.lastSlots, s)
-			} else {
-				j.lastSlots[s] = l
+			k := 0
+			for _, x := range l {
+				if x.seq >= j.tail {
+					l[k] = x
+					k++
+				}
 			}
+			j.setSlots(s, l[:k])
 		}
 	}
 	j.cond.Broadcast()
@@ -293,14 +298,34 @@ type entSlots struct {
 // times within one flush interval (sequential 4 KiB writes) fills a ring
 // with dead entries and costs a flush of every member to recycle it.
 func (j *journal) supersede(s int64, cur entSlots) {
-	l := slices.DeleteFunc(j.lastSlots[s], func(prev entSlots) bool {
-		if prev.rlo < cur.rlo || prev.rhi > cur.rhi {
-			return false
+	l, ok := j.lastSlots[s]
+	if !ok && len(j.spare) > 0 {
+		l = j.spare[len(j.spare)-1]
+		j.spare = j.spare[:len(j.spare)-1]
+	}
+	k := 0
+	for _, prev := range l {
+		if prev.rlo >= cur.rlo && prev.rhi <= cur.rhi {
+			j.free(prev)
+			continue
 		}
-		j.free(prev)
-		return true
-	})
-	j.lastSlots[s] = append(l, cur)
+		l[k] = prev
+		k++
+	}
+	j.lastSlots[s] = append(l[:k], cur)
+}
+
+// setSlots stores l as stripe s's list, or drops the stripe's list when l
+// is empty, keeping its array for reuse (j.mu held).
+func (j *journal) setSlots(s int64, l []entSlots) {
+	if len(l) > 0 {
+		j.lastSlots[s] = l
+		return
+	}
+	delete(j.lastSlots, s)
+	if cap(l) > 0 && len(j.spare) < 1024 {
+		j.spare = append(j.spare, l)
+	}
 }
 
 // free frees the slots of an entry unless they were taken again (j.mu
@@ -321,10 +346,11 @@ func (j *journal) free(prev entSlots) {
 func (j *journal) stripeDurable(s int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, prev := range j.lastSlots[s] {
+	l := j.lastSlots[s]
+	for _, prev := range l {
 		j.free(prev)
 	}
-	delete(j.lastSlots, s)
+	j.setSlots(s, l[:0])
 }
 
 // end marks e's stripe write complete.
