@@ -37,7 +37,8 @@ type journal struct {
 	cond     *sync.Cond
 	nextSeq  uint64
 	tail     uint64              // entries below are retired
-	written  uint64              // highest tail persisted in any entry or superblock
+	written  uint64              // highest tail a replay reads, whatever members a crash loses (superblocks, or every present member's log: memTail)
+	memTail  []uint64            // per role, the highest tail in an entry durably written to its log
 	active   map[uint64]struct{} // entries whose stripe write is not complete
 	slotSeq  [][]uint64          // per role, the seq in each slot (0 = free)
 	cursor   []int
@@ -119,7 +120,44 @@ func newJournal(a *Array, off int64, slots int, slotSize int64) *journal {
 		j.slotSeq[r] = make([]uint64, slots)
 	}
 	j.cursor = make([]int, a.geo.Members)
+	j.memTail = make([]uint64, a.geo.Members)
 	return j
+}
+
+// logTailPersisted advances written to the lowest tail that every present
+// member's log holds (j.mu held). A replay takes the highest tail of the
+// entries it reads, from the members present after a crash; an entry
+// reaches only its stripe's parity members, so a tail it carries may be
+// on a member lost with the crash, and the replay then takes entries
+// below it for live. needsMarker relies on written: a whole-stripe write
+// is not logged when the stripe's entries lie below it, and a replay
+// that applied such an entry would rebuild parity from the content the
+// write replaced (TestUnloggedWriteAfterTailOnLostMemberOnly). Every
+// member that holds a tail at least as high keeps it: its later entries
+// carry higher tails. A member not present (failed, missing) is not
+// counted: a replay does not read its log, and its log is emptied before
+// it is taken back (forgetLog).
+func (j *journal) logTailPersisted() {
+	low := uint64(0)
+	first := true
+	for r := range j.memTail {
+		if !present(j.a.member(r)) {
+			continue
+		}
+		if first || j.memTail[r] < low {
+			low, first = j.memTail[r], false
+		}
+	}
+	if !first && low > j.written {
+		j.written = low
+	}
+}
+
+// forgetLog records that role r's log was emptied (ReAdd).
+func (j *journal) forgetLog(r int) {
+	j.mu.Lock()
+	j.memTail[r] = 0
+	j.mu.Unlock()
 }
 
 func (j *journal) slotOff(k int) int64 { return j.off + int64(k)*j.slotSize }
@@ -263,8 +301,11 @@ func (j *journal) begin(e *logEntry, roles []int) error {
 		return err
 	}
 	j.mu.Lock()
-	if tail > j.written {
-		j.written = tail
+	if err == nil {
+		for _, r := range roles {
+			j.memTail[r] = max(j.memTail[r], tail)
+		}
+		j.logTailPersisted()
 	}
 	if err == nil && len(roles) == j.a.geo.ParityDisks {
 		cur := entSlots{seq: e.seq, n: len(roles), rlo: e.rlo, rhi: e.rhi}

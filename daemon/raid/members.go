@@ -366,6 +366,7 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 		a.failAs(nm, "log reset: "+err.Error(), a.unreachable(err))
 		return err
 	}
+	a.jl.forgetLog(index)
 	if err := a.bm.writeAll(dev); err != nil {
 		a.failAs(nm, "bitmap write: "+err.Error(), a.unreachable(err))
 		return err
