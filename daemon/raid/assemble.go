@@ -73,7 +73,7 @@ func Assemble(members []blockdev.Device, opts AssembleOptions) (*Array, []Reject
 	}
 	clean := ref.Flags&flagClean != 0
 	if !clean {
-		a.missedInFlight()
+		a.missedInFlight(ref)
 	}
 	if err := a.openLog(ref, clean); err != nil {
 		return nil, rejected, err
@@ -341,21 +341,27 @@ func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate, restarted
 	return m, false
 }
 
-// missedInFlight, after an unclean stop, adds to the stripes that each
-// member away at assembly must catch up (m.since) those of the regions
-// dirty at the stop: writes in flight then may have landed on some
-// members and not on others, and a whole-stripe write of a healthy
-// stripe is not in the log, so the absent member's chunks there may
-// differ from what the array serves without it. Without this its return
-// would serve them as in sync: a read could go back to an older value.
-// Also when the array was not optimal: a stripe is healthy for a member
-// under rebuild that is in sync for it, and a whole-stripe write there
-// is logged only when the member holds one of its data chunks (fragile),
-// not its parity. While a member is away, the regions are dirty for it
-// as well, not only for writes in flight: the absent member then catches
-// up more stripes than it missed, which costs a longer resync, never
-// data.
-func (a *Array) missedInFlight() {
+// missedInFlight, after an unclean stop of an optimal array, adds to the
+// stripes that each member away at assembly must catch up (m.since) those
+// of the regions dirty at the stop: writes in flight then may have landed
+// on some members and not on others, and a full-stripe write of an
+// optimal array is not in the log, so the absent member's chunks there
+// may differ from what the array serves without it. Without this its
+// return would serve them as in sync: a read could go back to an older
+// value. While a member is away or rebuilding every stripe write is
+// logged, and the replay marks what the absent member missed (apply); the
+// regions are then dirty for the members away, not for writes in flight,
+// and are not added. (A whole-stripe write to a healthy stripe is logged
+// while any member of the stripe rebuilds, also one holding its parity:
+// planFullStripe; adding the dirty regions here then would make a member
+// away catch up stripes that another member under resync cannot rebuild
+// without it, TestUnreachableMemberTakenBackAtAssembly.)
+func (a *Array) missedInFlight(ref *superblock) {
+	for r := 0; r < a.geo.Members; r++ {
+		if ref.RoleState[r] != roleActive {
+			return
+		}
+	}
 	dirty := a.bm.snapshot()
 	rs := a.bm.regionStripes
 	for r := 0; r < a.geo.Members; r++ {

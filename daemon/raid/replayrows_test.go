@@ -110,10 +110,11 @@ func TestReplayOlderEntryOnRowsNoNewerEntryCovers(t *testing.T) {
 // is lost with the crash; the array, assembled without it, serves that
 // chunk as P and the other data define it (the new content). When the
 // member returns, the stripe must be caught up: it was in flight at the
-// crash. Before the fix, the stripes in flight were added to what an
-// absent member catches up only after the stop of an optimal array (the
-// replay marks the logged ones, and it was taken that every write is
-// logged while a member rebuilds), so the returned member served its
+// crash. The stripes in flight are added to what an absent member
+// catches up after the stop of an optimal array only (missedInFlight);
+// otherwise the replay marks them, as every write is logged while a
+// member rebuilds — but a whole-stripe write was not when the rebuilding
+// member held the stripe's parity, so the returned member served its
 // stale chunk: a value already served went back.
 func TestUnloggedWriteInFlightWhileRebuildingCaughtUpByAbsentMember(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))

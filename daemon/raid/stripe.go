@@ -175,7 +175,13 @@ func (a *Array) planFullStripe(w *stripeWork) {
 		sh[nd+k] = w.sc.get(C)
 	}
 	a.coder.encodeShards(sh)
-	if a.logOn && (a.jl.needsMarker(p.s) || fragile(p.data())) {
+	// Logged while a member of the stripe rebuilds: a data chunk's so
+	// that the entry carries its new content (logFragile); a parity
+	// chunk's so that, after a crash with the write in flight, the
+	// replay marks the stripe for the members away at the assembly
+	// (apply), which missedInFlight does only after an optimal array's
+	// stop.
+	if a.logOn && (a.jl.needsMarker(p.s) || fragile(p.data()) || fragile(p.pm[:p.np])) {
 		w.logged = true
 		w.ent = logEntry{stripe: p.s, lo: p.lo, hi: p.hi, rlo: 0, rhi: C, mask: p.mask, zero: true}
 		logFragile(&w.ent, p.data(), sh[:nd])
