@@ -56,9 +56,11 @@ func (j *journal) replay(sbTail, sbSeq uint64) (int, error) {
 	// partial is still the parity of every unmodified byte, since each
 	// later change of those rows is a newer entry covering them (a
 	// partial write is always logged, a whole-stripe write is logged, as
-	// a marker covering every row, while the stripe has a live entry:
-	// needsMarker). So each entry is applied on the rows of its range
-	// that no newer live entry of its stripe covers.
+	// a marker covering every row, while the stripe has an entry that a
+	// replay could take for live: needsMarker, with the tail counted as
+	// persisted only once every present member's log holds it,
+	// logTailPersisted). So each entry is applied on the rows of its
+	// range that no newer live entry of its stripe covers.
 	byStripe := map[uint64][]uint64{}
 	for _, s := range seqs {
 		st := entries[s].h.Stripe
