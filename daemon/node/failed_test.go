@@ -131,3 +131,72 @@ func TestArrayFailedStopsServingAndComesBack(t *testing.T) {
 		t.Fatalf("read after the owner re-assembled the array by itself: err %v, data %x..., want %x...", err, got[:4], kept[:4])
 	}
 }
+
+// The coordinator's re-assembly of a failed array (a fence under a new
+// epoch) fails while too few members answer; the array stays failed here
+// under the epoch that fence claimed, and the owner's own retry serves it
+// again once the members return. Before, the failed fence stopped the
+// array and forgot the failure, so nothing but the coordinator's next
+// fence (a whole backoff later) brought it back: members cut off on the
+// backend alone bring no NodeReturned (docs/RELIABILITY.md known problem
+// 9, simulation seeds 111304, 142546, 167673).
+func TestFailedFenceOfFailedArrayKeepsItForRetry(t *testing.T) {
+	s := newTestSite(t)
+	a := s.node("A")
+	s.do("A", "fence", cluster.Fence{Array: "x", Node: "A", NewEpoch: 1, Members: []string{"C1", "D1", "E1"}})
+	s.do("A", "assemble", cluster.Assemble{Array: "x", Node: "A", Epoch: 1})
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
+	s.wantReport("A", "assembled")
+	x := a.served("x")
+	kept := bytes.Repeat([]byte{0x5a}, 4096)
+	const keptAt = 1 << 20
+	if _, err := x.gate.WriteAtFUA(kept, keptAt); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, name := range []string{"C", "D"} {
+		if err := s.node(name).backend.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stripe := bytes.Repeat([]byte{0x77}, 32<<10)
+	s.awaitReport("A", "array-failed", func() { _, _ = x.gate.WriteAt(stripe, 0) })
+
+	// The coordinator's re-assembly: a fence at epoch 2 reaches E1 only.
+	s.do("A", "fence", cluster.Fence{Array: "x", Node: "A", OldOwner: "A", OldEpoch: 1, NewEpoch: 2, Members: []string{"C1", "D1", "E1"}})
+	if r := s.wantReport("A", "fence-failed"); r.Epoch != 2 {
+		t.Fatalf("fence-failed report %+v: want epoch 2", r)
+	}
+	x.mu.Lock()
+	failed, epoch := x.arrayFailed(), x.epoch
+	x.mu.Unlock()
+	if !failed || epoch != 2 {
+		t.Fatalf("after the failed fence at epoch 2 of the failed array: failed %v, epoch %d; want failed under epoch 2 (the owner's retry re-assembles it)", failed, epoch)
+	}
+	if _, err := x.gate.ReadAt(make([]byte, 4096), keptAt); !errors.Is(err, blockdev.ErrNoPath) {
+		t.Errorf("read of the failed array after the failed fence: %v; want an error wrapping ErrNoPath", err)
+	}
+	a.retryFailed(t.Context())
+	if !x.arrayFailed() {
+		t.Fatal("the array came back while two of its three members were still away")
+	}
+
+	// The members return; nobody asks: the owner's retry serves it again
+	// under epoch 2, the epoch the store names it owner at.
+	for _, name := range []string{"C", "D"} {
+		if err := s.node(name).startBackend(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := s.awaitReport("A", "assembled", func() { a.retryFailed(t.Context()) }); r.Epoch != 2 {
+		t.Fatalf("assembled report %+v: want epoch 2", r)
+	}
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 2})
+	got := make([]byte, 4096)
+	if _, err := x.gate.ReadAt(got, keptAt); err != nil || !bytes.Equal(got, kept) {
+		t.Fatalf("read after the owner re-assembled the array: err %v, data %x..., want %x...", err, got[:4], kept[:4])
+	}
+	if st, err := a.frontend.ANAState(x.nqn, anaGroup); err != nil || st != nvme.ANAOptimized {
+		t.Errorf("re-assembled array: ANA %v (%v), want optimized", st, err)
+	}
+}

@@ -145,6 +145,9 @@ func (n *Node) doFence(ctx context.Context, a cluster.Fence) {
 		fail(err.Error())
 		return
 	}
+	// The re-assembly of an array that failed here (the coordinator's
+	// fence of a failed array by its owner, or a retry of one).
+	wasFailed := s.arrayFailed()
 	if s.array != nil && s.epoch < a.NewEpoch {
 		s.stopLocked(true) // re-taking under a new epoch: start afresh
 	}
@@ -156,7 +159,19 @@ func (n *Node) doFence(ctx context.Context, a cluster.Fence) {
 	}
 	need := len(s.cfg.Members) - s.cfg.Parity()
 	if got < need {
-		fail(fmt.Sprintf("fenced %d of %d members; at least %d are needed", got, len(s.cfg.Members), need))
+		reason := fmt.Sprintf("fenced %d of %d members; at least %d are needed", got, len(s.cfg.Members), need)
+		if wasFailed {
+			// The array stays failed here, under the epoch just claimed:
+			// the owner's retry (retryFailed) re-assembles it once enough
+			// members answer and reports it assembled at that epoch, which
+			// the coordinator accepts for a failed array. Members cut off
+			// from this node alone bring no NodeReturned, and the
+			// coordinator's next fence may be a whole backoff away
+			// (docs/RELIABILITY.md known problem 9).
+			s.epoch = a.NewEpoch
+			s.markFailed(reason)
+		}
+		fail(reason)
 		return
 	}
 	s.epoch = a.NewEpoch
