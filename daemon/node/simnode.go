@@ -13,6 +13,7 @@ import (
 	"tier0/daemon/cluster"
 	"tier0/daemon/config"
 	"tier0/daemon/nvme"
+	"tier0/daemon/raid"
 )
 
 // SimNode is a node run by the in-process simulation (reliability/sim):
@@ -138,32 +139,61 @@ func (s *SimNode) Fenced() bool { return s.n.isFenced() }
 func (s *SimNode) Wait() { s.n.bg.Wait() }
 
 // Quiesce waits, up to timeout of real time, until no array of the node
-// runs a background task (resync, rebuild, scrub) or waits for a repair's
-// end to be reported, then for the reports: the RAID engine's tasks run in goroutines of their own, and
-// a simulation that waits for them at each step replays more often. It
-// reports whether every task ended in time.
+// has a background task (resync, rebuild, scrub) queued or running, or
+// waits for a repair's end to be reported, then for the reports: the RAID
+// engine's tasks run in goroutines of their own, and a simulation that
+// waits for them at each step replays more often, and does not run its
+// next step beside them. It reports whether every task ended in time.
+//
+// The engine's WaitIdle is the test: the running task's name (Status's
+// Task) is empty while a task is queued and until its progress starts, so
+// a resync that an assembly had just queued ran on after a Quiesce that
+// looked only at it, and its end's report (goBG) raced with the
+// simulation's next Wait.
 //
 // It waits on the wall clock, not the node's: under the simulation's fake
 // clock nothing advances while it waits for goroutines to finish.
 func (s *SimNode) Quiesce(timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	busy := func(sv *served) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	state := func(sv *served) (*raid.Array, int) {
 		sv.mu.Lock()
-		arr, pending := sv.array, len(sv.pending)
-		sv.mu.Unlock()
-		// pending clears in the goroutine that reports the task's end.
-		return arr != nil && (pending > 0 || arr.Status().Task != "")
+		defer sv.mu.Unlock()
+		return sv.array, len(sv.pending)
 	}
-	for _, sv := range s.n.servedAll() {
-		for busy(sv) {
-			if time.Now().After(deadline) {
+	for {
+		settled := true
+		for _, sv := range s.n.servedAll() {
+			arr, pending := state(sv)
+			if arr == nil {
+				continue
+			}
+			idle := make(chan struct{})
+			// Returns once the array is idle or stopped (Abort, Close):
+			// after a timeout it ends with the task or the simulation's
+			// Stop, never later.
+			go func() { arr.WaitIdle(); close(idle) }()
+			select {
+			case <-idle:
+			case <-deadline.C:
 				return false
 			}
-			time.Sleep(100 * time.Microsecond)
+			if pending > 0 {
+				settled = false // cleared by the goroutine that reports the task's end
+			}
+		}
+		// The reports of the tasks' ends (and any other background
+		// report): each task's goBG happened before its WaitIdle returned.
+		s.n.bg.Wait()
+		if settled {
+			return true
+		}
+		select {
+		case <-deadline.C:
+			return false
+		case <-time.After(100 * time.Microsecond):
 		}
 	}
-	s.n.bg.Wait()
-	return true
 }
 
 // Stop aborts every array without writing (after a kill: the simulation
