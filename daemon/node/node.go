@@ -78,9 +78,9 @@ type Node struct {
 	// fences counts this process's self-fences: with started it names the
 	// registration that publishes the arrays' observed records.
 	fences atomic.Uint64
-	lease  leaseSlot      // the current lease, for the per-request check
-	bg     sync.WaitGroup // background reports and records (goBG)
-	out    outbox         // reports not yet in the store (outbox.go)
+	lease  leaseSlot // the current lease, for the per-request check
+	bg     bgGroup   // background reports and records (goBG)
+	out    outbox    // reports not yet in the store (outbox.go)
 	// arrayList is every served array, site file's first in config order,
 	// then the online ones as they were added (arrays_online.go); replaced
 	// whole (copy on write) under mu, read without a lock (servedAll).

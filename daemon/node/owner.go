@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"tier0/daemon/blockdev"
@@ -320,9 +321,48 @@ func (n *Node) recordEvent(kind, array string, epoch uint64, msg string) {
 // goBG runs f in the background, tracked, so that shutdown (and a test)
 // can wait for it before closing the store it writes to.
 func (n *Node) goBG(f func()) {
-	n.bg.Add(1)
+	n.bg.add()
 	go func() {
-		defer n.bg.Done()
+		defer n.bg.done()
 		f()
 	}()
+}
+
+// bgGroup counts the goroutines of goBG. Unlike a sync.WaitGroup it
+// allows a start beside a wait: a RAID task's event (a report of its
+// end, say) starts one whenever the task gets there, which may be while
+// the simulation waits for the node (SimNode.Quiesce past its bound,
+// SimNode.Wait). wait returns once the count is zero: every goroutine
+// started before it has ended; one started beside it may be waited for
+// or not, and the next wait covers it.
+type bgGroup struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	n    int
+}
+
+func (g *bgGroup) add() {
+	g.mu.Lock()
+	g.n++
+	g.mu.Unlock()
+}
+
+func (g *bgGroup) done() {
+	g.mu.Lock()
+	if g.n--; g.n == 0 && g.cond.L != nil {
+		g.cond.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+// Wait waits until no goroutine of goBG runs.
+func (g *bgGroup) Wait() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cond.L == nil {
+		g.cond.L = &g.mu
+	}
+	for g.n > 0 {
+		g.cond.Wait()
+	}
 }
