@@ -19,6 +19,9 @@ type mop struct {
 	off   int64
 	write bool
 	fua   bool
+	// slow: a read that a write needs; with Policy.SlowWrite it is
+	// written around like the write (hedgewrite.go).
+	slow bool
 }
 
 // fanBatch collects the results of one batch.
@@ -93,9 +96,12 @@ func opWorker(j opJob) {
 func (a *Array) do(o mop) error {
 	t0 := time.Now()
 	var err error
-	if o.write {
+	switch {
+	case o.write:
 		err = a.mwrite(o.m, o.buf, o.off, o.fua)
-	} else {
+	case o.slow:
+		err = a.callBuf(o.m, "read", o.buf, o.off, false, false, true)
+	default:
 		err = a.mread(o.m, o.buf, o.off)
 	}
 	// Moving average over about 8 requests (racy updates lose a sample).
@@ -302,7 +308,7 @@ func (a *Array) runMerged(ops []mop) error {
 				pos += copy(bounce[pos:], o.buf)
 			}
 		}
-		err := a.do(mop{m: ops[i].m, buf: bounce, off: ops[i].off, write: ops[i].write, fua: ops[i].fua})
+		err := a.do(mop{m: ops[i].m, buf: bounce, off: ops[i].off, write: ops[i].write, fua: ops[i].fua, slow: ops[i].slow})
 		if err == nil && !ops[i].write {
 			pos := 0
 			for _, o := range ops[i:j] {

@@ -17,9 +17,9 @@ import (
 // member is out of sync there); wait for the member instead.
 var errNoHedge = errors.New("no read around the member")
 
-// hedgeDeadline is max(SlowRead, 4 × the other present members' mean
-// request time).
-func (a *Array) hedgeDeadline(slow *member) time.Duration {
+// hedgeDeadline is max(floor (SlowRead, SlowWrite), 4 × the other
+// present members' mean request time).
+func (a *Array) hedgeDeadline(slow *member, floor time.Duration) time.Duration {
 	var sum int64
 	n := 0
 	for r := range a.members {
@@ -28,7 +28,7 @@ func (a *Array) hedgeDeadline(slow *member) time.Duration {
 			n++
 		}
 	}
-	d := a.pol.SlowRead
+	d := floor
 	if n > 0 {
 		d = max(d, time.Duration(4*sum/int64(n)))
 	}
@@ -44,7 +44,7 @@ func (a *Array) readHedged(o mop, sp span) error {
 	r.buf = *r.ref
 	t0 := time.Now()
 	startOp(opJob{t: r})
-	d := a.hedgeDeadline(o.m)
+	d := a.hedgeDeadline(o.m, a.pol.SlowRead)
 	if r.timer == nil {
 		r.timer = time.NewTimer(d)
 	} else {

@@ -17,11 +17,15 @@ import (
 func (a *Array) call(m *member, op string, f func() error) error {
 	var err error
 	for attempt := 0; ; attempt++ {
-		if a.pol.IOTimeout > 0 {
+		slow := a.slowAfter(m) // a flush is written around like a write
+		if a.pol.IOTimeout > 0 || slow > 0 {
 			done := make(chan error, 1)
 			go func() { done <- f() }()
 			began := stalls.now()
 			t := time.NewTimer(a.pol.IOTimeout)
+			if slow > 0 {
+				t.Reset(slow)
+			}
 		wait:
 			for extended := false; ; {
 				select {
@@ -29,6 +33,25 @@ func (a *Array) call(m *member, op string, f func() error) error {
 					t.Stop()
 					break wait
 				case <-t.C:
+					if d := slow; d > 0 {
+						// The slow deadline (hedgewrite.go).
+						slow = 0
+						if !stalls.stalledSince(began) {
+							why := slowWhy(op, d)
+							if abandoned, marked := a.claimSlow(m, nil, why); marked {
+								return a.slowFailed(m, why)
+							} else if abandoned {
+								err = errAlreadyFailed(d)
+								break wait
+							}
+						}
+						if a.pol.IOTimeout <= 0 {
+							err = <-done
+							break wait
+						}
+						t.Reset(a.pol.IOTimeout - d)
+						continue
+					}
 					if !extended && stalls.stalledSince(began) {
 						// the process, not the member, stalled
 						extended = true
@@ -105,16 +128,27 @@ func memberIO(m *member, b []byte, off int64, write, fua bool) error {
 // the member is failed at once and callBuf returns, and the request's
 // goroutine owns that buffer from then on and returns it to the pool
 // when the request ends.
-func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua bool) error {
+//
+// With Policy.SlowWrite, a write (or, with slowRead, a read that a write
+// needs) also has a slow deadline (hedgewrite.go): abandoned there, its
+// member is made missing and callBuf returns errGone.
+func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua, slowRead bool) error {
 	var err error
 	for attempt := 0; ; attempt++ {
-		if a.pol.IOTimeout > 0 {
-			err = a.timed(m, p, off, write, fua)
+		var slow time.Duration
+		if write || slowRead {
+			slow = a.slowAfter(m)
+		}
+		if a.pol.IOTimeout > 0 || slow > 0 {
+			err = a.timed(m, op, p, off, write, fua, slow)
 		} else {
 			err = memberIO(m, p, off, write, fua)
 		}
 		if err == nil {
 			return nil
+		}
+		if se := (*slowErr)(nil); errors.As(err, &se) {
+			return a.slowFailed(m, se.why)
 		}
 		if errors.Is(err, blockdev.ErrFenced) || errors.Is(err, blockdev.ErrTimeout) || attempt >= a.pol.Retries {
 			break
@@ -126,8 +160,10 @@ func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua bo
 // timed runs one member request on a private copy of p under the I/O
 // timeout. The request state (with its channel and timer) is pooled: the
 // caller puts it back after a normal completion, the request's goroutine
-// after an abandoned one (the caller no longer touches it then).
-func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
+// after an abandoned one (the caller no longer touches it then). With
+// slow > 0 the request may be abandoned at that deadline too (claimSlow);
+// it then returns a *slowErr when that made its member missing.
+func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool, slow time.Duration) error {
 	r := timedPool.Get().(*timedReq)
 	r.state.Store(reqRunning)
 	r.ref, r.m, r.off, r.write, r.fua = getBufRef(int64(len(p))), m, off, write, fua
@@ -137,10 +173,14 @@ func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
 	}
 	began := stalls.now()
 	startOp(opJob{t: r})
+	first := a.pol.IOTimeout
+	if slow > 0 {
+		first = slow
+	}
 	if r.timer == nil {
-		r.timer = time.NewTimer(a.pol.IOTimeout)
+		r.timer = time.NewTimer(first)
 	} else {
-		r.timer.Reset(a.pol.IOTimeout)
+		r.timer.Reset(first)
 	}
 	for extended := false; ; {
 		select {
@@ -148,6 +188,23 @@ func (a *Array) timed(m *member, p []byte, off int64, write, fua bool) error {
 			r.timer.Stop()
 			return r.finish(p, err)
 		case <-r.timer.C:
+			if d := slow; d > 0 {
+				// The slow deadline (hedgewrite.go).
+				slow = 0
+				if !stalls.stalledSince(began) {
+					why := slowWhy(op, d)
+					if abandoned, marked := a.claimSlow(m, r, why); marked {
+						return &slowErr{why: why}
+					} else if abandoned {
+						return errAlreadyFailed(d)
+					}
+				}
+				if a.pol.IOTimeout <= 0 {
+					return r.finish(p, <-r.done)
+				}
+				r.timer.Reset(a.pol.IOTimeout - d)
+				continue
+			}
 			if !extended && stalls.stalledSince(began) {
 				// the process, not the member, stalled: see stall.go
 				extended = true
@@ -192,9 +249,9 @@ func (r *timedReq) recycle() {
 }
 
 func (a *Array) mread(m *member, p []byte, off int64) error {
-	return a.callBuf(m, "read", p, off, false, false)
+	return a.callBuf(m, "read", p, off, false, false, false)
 }
 
 func (a *Array) mwrite(m *member, p []byte, off int64, fua bool) error {
-	return a.callBuf(m, "write", p, off, true, fua)
+	return a.callBuf(m, "write", p, off, true, fua, false)
 }

@@ -49,6 +49,11 @@ type member struct {
 	// it was under a full rebuild when it left, so only a full one).
 	missing     bool
 	missingFull bool
+	// recorded (failed through failAs or a slow write, guarded by a.mu):
+	// closed once the failure is recorded (survivors flushed,
+	// superblocks written); another request that finds m failed waits
+	// for it before its write is acknowledged.
+	recorded chan struct{}
 }
 
 // needs reports whether rebuilding member m must still rebuild stripe s
@@ -196,10 +201,26 @@ func (a *Array) fail(m *member, reason string) error { return a.failAs(m, reason
 func (a *Array) failAs(m *member, reason string, missing bool) error {
 	a.mu.Lock()
 	if !a.markFailedLocked(m, reason, missing) {
+		rec := m.recorded
 		a.mu.Unlock()
+		if rec != nil {
+			// Failed by another request, which is recording it: a
+			// write that missed m is acknowledged only once m is
+			// recorded failed on the survivors, as for that request.
+			<-rec
+		}
 		return nil
 	}
+	m.recorded = make(chan struct{})
 	a.mu.Unlock()
+	return a.recordFailure(m, reason, missing)
+}
+
+// recordFailure is the rest of failAs once m is marked failed (a.mu
+// released, m.recorded set): events, the survivors flushed, the
+// superblocks written; then m.recorded is closed.
+func (a *Array) recordFailure(m *member, reason string, missing bool) error {
+	defer close(m.recorded)
 	if missing {
 		a.log.Warn("raid member missing: unreachable, its writes are tracked for a resync", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", reason)
 	} else {

@@ -130,6 +130,17 @@ type Policy struct {
 	// for it (IOTimeout does that). 0 = off. Well below IOTimeout, e.g.
 	// 20 ms.
 	SlowRead time.Duration
+	// SlowWrite, when set, writes around a member that stops answering
+	// (RAID-5/6): a member write or flush not completed after
+	// max(SlowWrite, 4 × the other members' mean request time) is
+	// abandoned as at IOTimeout (the request keeps its buffer until it
+	// ends) and the member is made missing, so that the write completes
+	// degraded; likewise a read a partial write needs. Only while the
+	// array keeps its redundancy promise without the member (RAID-5: every
+	// other member active; RAID-6: all but one); otherwise the request
+	// waits up to IOTimeout. 0 = off. Well below IOTimeout, above a
+	// member write's latency, e.g. 50 ms.
+	SlowWrite time.Duration
 	// RebuildRate limits rebuild, resync and scrub, in MiB/s; 0 = no limit.
 	RebuildRate float64
 	// Adaptive makes background work yield while foreground I/O runs.

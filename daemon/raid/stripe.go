@@ -95,7 +95,7 @@ func (w *stripeWork) release() {
 }
 
 func (w *stripeWork) read(m *member, buf []byte, off int64) {
-	w.reads = append(w.reads, mop{m: m, buf: buf, off: off})
+	w.reads = append(w.reads, mop{m: m, buf: buf, off: off, slow: true})
 }
 
 func (w *stripeWork) write(m *member, buf []byte, off int64) {

@@ -1,0 +1,113 @@
+package raid
+
+import (
+	"fmt"
+	"time"
+
+	"tier0/daemon/blockdev"
+)
+
+// Writes around a member that stops answering (Policy.SlowWrite). A
+// member that hangs without its connection failing (a partition, a hung
+// node) used to stall every write to it until IOTimeout; reads were
+// already served around it (hedge.go). With SlowWrite, a member write
+// or flush of a RAID-5/6 array — data and parity chunks, partial parity
+// log entries, write-intent bitmap blocks — and a read that a partial
+// write needs, not completed by max(SlowWrite, 4 × the other members'
+// mean request time), is treated as the IOTimeout path treats a timeout,
+// only earlier: the request is abandoned to its goroutine (which keeps
+// its buffer until the request ends, m.late counts it), the member is
+// made missing (unreachable: its writes from then on are tracked for a
+// resync, and ReAdd or Assemble takes it back), the survivors are
+// flushed and the superblocks written before the request returns
+// errGone, and the write completes degraded. Superblock writes have no
+// deadline (sbwrite.go) and are not written around.
+//
+// Only while the array keeps its promise without the member: every
+// other member active (RAID-5), or all but one (RAID-6). Otherwise the
+// request waits for its member up to IOTimeout, as before. The check and
+// the member's failure are one step under a.mu, so that two members
+// hung at once cannot both be written around past the redundancy.
+
+// slowErr: the request was abandoned at its slow deadline and its member
+// marked missing by it (claimSlow); why is the failure's reason.
+type slowErr struct{ why string }
+
+func (e *slowErr) Error() string { return e.why }
+func (e *slowErr) Unwrap() error { return blockdev.ErrTimeout }
+
+// slowAfter is the slow deadline of a write-class request to m, 0 when
+// requests to m are not written around.
+func (a *Array) slowAfter(m *member) time.Duration {
+	if a.pol.SlowWrite <= 0 || (a.geo.Level != RAID5 && a.geo.Level != RAID6) {
+		return 0
+	}
+	d := a.hedgeDeadline(m, a.pol.SlowWrite)
+	if a.pol.IOTimeout > 0 && d >= a.pol.IOTimeout {
+		return 0
+	}
+	return d
+}
+
+// spareLocked reports whether the array keeps its redundancy promise
+// without m (a.mu held): fewer other members not active (failed,
+// missing, rebuilding) than the level tolerates losing.
+func (a *Array) spareLocked(m *member) bool {
+	n := 0
+	for r := range a.members {
+		if x := a.member(r); r != m.role && (x == nil || uint8(x.state.Load()) != roleActive) {
+			n++
+		}
+	}
+	return n < a.geo.Level.redundancy(a.geo.Members)
+}
+
+// claimSlow decides, at a request's slow deadline, whether it is written
+// around. It abandons r (nil for a flush, which holds nothing of the
+// caller's) and, when m is still present and the array can lose it,
+// marks m missing with why, in one step under a.mu. A request to a
+// member that another request failed already is abandoned too (the
+// timeout path would fail it as well); marked is false then.
+func (a *Array) claimSlow(m *member, r *timedReq, why string) (abandoned, marked bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dead.Load() || a.stopped.Load() || a.fenced.Load() || a.member(m.role) != m {
+		return false, false
+	}
+	failed := uint8(m.state.Load()) == roleFailed
+	if !failed && (!present(m) || !a.spareLocked(m)) {
+		return false, false
+	}
+	if r != nil {
+		if !r.state.CompareAndSwap(reqRunning, reqAbandoned) {
+			return false, false // it ended just now
+		}
+		m.late.Add(1)
+	}
+	if !failed {
+		a.markFailedLocked(m, why, true)
+		m.recorded = make(chan struct{})
+	}
+	return true, !failed
+}
+
+// slowFailed records m's failure after claimSlow marked it (as failAs
+// does after marking) and returns what memberErr would.
+func (a *Array) slowFailed(m *member, why string) error {
+	a.recordFailure(m, why, true)
+	if a.stopped.Load() {
+		return fmt.Errorf("raid %s: %w", fmtUUID(a.uuid), ErrStopped)
+	}
+	return errGone
+}
+
+// slowWhy is the reason a member is made missing for a slow request.
+func slowWhy(op string, d time.Duration) string {
+	return fmt.Sprintf("%s: no completion after %v (slow write): %v", op, d, blockdev.ErrTimeout)
+}
+
+// errAlreadyFailed: abandoned at the slow deadline, its member failed by
+// another request.
+func errAlreadyFailed(d time.Duration) error {
+	return fmt.Errorf("no completion after %v (slow write, member already failed): %w", d, blockdev.ErrTimeout)
+}
