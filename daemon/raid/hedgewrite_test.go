@@ -1,6 +1,7 @@
 package raid
 
 import (
+	"errors"
 	"math/rand"
 	"strings"
 	"sync"
@@ -322,4 +323,59 @@ func TestSlowWriteNotHedgedWhenDegraded(t *testing.T) {
 		t.Fatalf("after the slow write with member 3 missing: state %q (%s), member 1 %+v; want degraded, member 1 active", st.State, st.Reason, st.Members[1])
 	}
 	expectEqual(t, "read", mustRead(t, a, 0, len(model)), model)
+}
+
+// A write abandoned at a deadline (a timeout, or SlowWrite) that lands
+// on its member after the member was taken back and resynced would put
+// old data under newer acknowledged writes. A re-add must wait until the
+// member's abandoned requests have ended, and refuse while they run.
+//
+// This is the timeout path (IOTimeout, no SlowWrite); SlowWrite abandons
+// requests the same way.
+func TestLateWriteNeverLandsAfterReAdd(t *testing.T) {
+	a, ms, hd, model := slowWriteArray(t, nil, 1, func(c *Config) {
+		c.IOTimeout = 100 * time.Millisecond
+		c.SlowWrite = 0
+	})
+	off := chunkOn(a, 1)
+	old := randBuf(rand.New(rand.NewSource(21)), 4096)
+	hd.hung.Store(true)
+	if err := within(t, "write with member 1 hung (IOTimeout 100 ms)", func() error {
+		_, err := a.WriteAt(old, off)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A newer write of the same bytes, acknowledged degraded.
+	newer := randBuf(rand.New(rand.NewSource(22)), 4096)
+	mustWrite(t, a, off, newer)
+	copy(model[off:], newer)
+	// Member 1 looks reachable again (its old requests still queued).
+	hd.hung.Store(false)
+	err := a.ReAdd(1, hd)
+	if err == nil {
+		a.WaitIdle()
+	}
+	// Its old write lands now.
+	hd.unhang(t)
+	if err == nil {
+		got := make([]byte, 4096)
+		if _, rerr := hd.Device.ReadAt(got, a.moff(off/a.geo.StripeSize, off%a.geo.ChunkSize)); rerr == nil && string(got) == string(old) {
+			t.Fatalf("re-add of member 1 with an abandoned write in flight was accepted, and the late write landed after the resync: member 1 holds the old data under a newer acknowledged write")
+		}
+		t.Fatalf("re-add of member 1 with an abandoned write in flight was accepted: its late completion may land after the resync")
+	}
+	if !errors.Is(err, ErrInFlight) {
+		t.Fatalf("re-add with requests in flight: %v, want ErrInFlight", err)
+	}
+	if err := a.ReAdd(1, hd); err != nil {
+		t.Fatalf("re-add once the member's requests ended: %v", err)
+	}
+	a.WaitIdle()
+	if err := a.Check(); err != nil {
+		t.Fatalf("parity check after the resync: %v", err)
+	}
+	expectEqual(t, "read after the resync", mustRead(t, a, 0, len(model)), model)
+	a.Close()
+	verifyEachDegraded(t, ms, model)
 }

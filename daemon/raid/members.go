@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"tier0/daemon/blockdev"
 )
@@ -86,6 +87,18 @@ func (x *stripeSet) set(s int64) {
 func (x *stripeSet) get(s int64) bool { return x.w[s/64].Load()&(1<<(s%64)) != 0 }
 
 func (a *Array) member(role int) *member { return a.members[role].Load() }
+
+// lateLoad is m.late, 0 for no member.
+func (m *member) lateLoad() int32 {
+	if m == nil {
+		return 0
+	}
+	return m.late.Load()
+}
+
+// reAddLateWait bounds how long a re-add waits for the requests its
+// member's previous device still runs (addMember).
+const reAddLateWait = time.Second
 
 // inSync reports whether role holds valid data for stripe s.
 func (a *Array) inSync(m *member, s int64) bool {
@@ -359,23 +372,37 @@ func (a *Array) addMember(index int, dev blockdev.Device, full bool) error {
 			return err
 		}
 	}
-	nm.state.Store(uint32(roleRebuilding))
-	if nm.missed != nil {
-		// A barrier: every write holds its stripe's lock from planning
-		// until it has recorded the stripe in the failed member's missed
-		// set, so once all locks are taken the set is complete, and
-		// later writes see the new member.
-		for i := range a.locks {
-			a.locks[i].Lock()
+	// Requests to the old device abandoned at a deadline (IOTimeout,
+	// SlowWrite) may still land on it: one landing after the resync
+	// would put old data under newer writes. Wait a while for them to
+	// end, then refuse (a Replace by another device need not wait).
+	fenceLate := old != nil && (!full || old.dev == dev)
+	if fenceLate {
+		for t0 := time.Now(); old.late.Load() > 0 && time.Since(t0) < reAddLateWait; {
+			time.Sleep(5 * time.Millisecond)
 		}
+	}
+	nm.state.Store(uint32(roleRebuilding))
+	// A barrier: every write holds its stripe's lock from planning
+	// until it has recorded the stripe in the failed member's missed
+	// set, so once all locks are taken the set is complete, and later
+	// writes see the new member; and no stripe update can abandon a
+	// request to the old member any more.
+	for i := range a.locks {
+		a.locks[i].Lock()
+	}
+	if n := old.lateLoad(); fenceLate && n > 0 {
+		for i := range a.locks {
+			a.locks[i].Unlock()
+		}
+		return fmt.Errorf("re-add of member %d: %d requests to its previous device, abandoned at a deadline, have not ended after %v; one landing after the resync would put old data under newer writes: add it again once they end (closing its old connection ends them): %w",
+			index, n, reAddLateWait, ErrInFlight)
 	}
 	a.mu.Lock()
 	a.members[index].Store(nm)
 	a.mu.Unlock()
-	if nm.missed != nil {
-		for i := range a.locks {
-			a.locks[i].Unlock()
-		}
+	for i := range a.locks {
+		a.locks[i].Unlock()
 	}
 	// Empty log, new bitmap and superblock on the member before it
 	// takes writes (its old log entries must never be replayed). The

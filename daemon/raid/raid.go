@@ -87,6 +87,11 @@ var (
 	ErrUnavailable = errors.New("stripe data unavailable")
 	// ErrBusy: a background operation of that kind is already running.
 	ErrBusy = errors.New("background operation already running")
+	// ErrInFlight: a re-add found requests to the member's previous
+	// device abandoned at a deadline (IOTimeout, SlowWrite) still
+	// running; one landing after the resync would put old data under
+	// newer writes. Re-add the member once they have ended.
+	ErrInFlight = errors.New("member requests abandoned at a deadline still in flight")
 )
 
 // Config describes a new array (Create) and its run-time policy.
