@@ -238,6 +238,13 @@ type Policies struct {
 	// other members (raid.Policy.SlowRead; at least 4 × the other
 	// members' mean request time). Default 20ms.
 	MemberSlowRead Duration `mapstructure:"member_slow_read" json:"member_slow_read"`
+	// MemberSlowWrite is the deadline after which a RAID-5/6 member write
+	// (or flush) that has not completed is written around: the member is
+	// made missing (resynced when it answers) and the write completes
+	// degraded, while the array keeps its redundancy without the member
+	// (raid.Policy.SlowWrite; at least 4 × the other members' mean
+	// request time). Default 50ms; below member_io_timeout.
+	MemberSlowWrite Duration `mapstructure:"member_slow_write" json:"member_slow_write"`
 	// MemberIORetries is how often a failed member request is retried
 	// before the member is failed (default 2).
 	MemberIORetries *int `mapstructure:"member_io_retries" json:"member_io_retries"`
@@ -317,7 +324,12 @@ const (
 	// a few ms at p99.9 under load), so only a stalled or dead member is
 	// read around, and a fifth of issue 15's 100 ms stall goal, which
 	// leaves the rest for the reconstruction.
-	DefaultMemberSlowRead  = 20 * time.Millisecond
+	DefaultMemberSlowRead = 20 * time.Millisecond
+	// DefaultMemberSlowWrite: well above a flash write's or flush's
+	// latency, so only a member that stopped answering is written
+	// around (a false one costs a resync of what it missed, not data),
+	// and half of issue 15's 100 ms stall goal.
+	DefaultMemberSlowWrite = 50 * time.Millisecond
 	DefaultMemberIORetries = 2
 	DefaultEtcdTick        = 50 * time.Millisecond
 	DefaultHousekeeping    = time.Second

@@ -256,3 +256,32 @@ func TestFabricTransport(t *testing.T) {
 		t.Errorf("rdma frontend with a DH-HMAC-CHAP secret: %v", err)
 	}
 }
+
+// policies.member_slow_write (raid.Policy.SlowWrite): 50ms by default;
+// negative or not below member_io_timeout is refused, naming the key,
+// the value and what is expected.
+func TestMemberSlowWrite(t *testing.T) {
+	c, err := Parse("site.yaml", []byte(baseNodes+`arrays: []`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Policies.MemberSlowWrite.D(); got != 50*time.Millisecond {
+		t.Errorf("default policies.member_slow_write %s, want 50ms", got)
+	}
+	c, err = Parse("site.yaml", []byte(baseNodes+"policies: {member_slow_write: 30ms}\narrays: []"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Policies.MemberSlowWrite.D(); got != 30*time.Millisecond {
+		t.Errorf("policies.member_slow_write %s, want the 30ms set", got)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"policies: {member_slow_write: -5ms}", `site.yaml: policies.member_slow_write: -5ms; expected a positive duration below member_io_timeout (5s), such as 50ms`},
+		{"policies: {member_slow_write: 2s, member_io_timeout: 2s}", `site.yaml: policies.member_slow_write: 2s; expected a positive duration below member_io_timeout (2s), such as 50ms`},
+	} {
+		got := problems(t, baseNodes+tc.yaml+"\narrays: []")
+		if !slices.Equal(got, []string{tc.want}) {
+			t.Errorf("%s: problems\n%s\nwant\n%s", tc.yaml, strings.Join(got, "\n"), tc.want)
+		}
+	}
+}

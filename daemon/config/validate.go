@@ -463,6 +463,9 @@ func (c *Config) checkPolicies(k *checker) {
 	if p.MemberSlowRead < 0 {
 		k.add("policies.member_slow_read", "%s; expected a positive duration such as 20ms, well below member_io_timeout", p.MemberSlowRead)
 	}
+	if p.MemberSlowWrite < 0 || p.MemberIOTimeout > 0 && p.MemberSlowWrite >= p.MemberIOTimeout {
+		k.add("policies.member_slow_write", "%s; expected a positive duration below member_io_timeout (%s), such as 50ms", p.MemberSlowWrite, p.MemberIOTimeout)
+	}
 	if h := p.HousekeepingInterval.D(); h != 0 && (h < 100*time.Millisecond || h > time.Minute) {
 		k.add("policies.housekeeping_interval", "%s; expected 100ms to 1m (default 1s)", p.HousekeepingInterval)
 	}

@@ -33,6 +33,8 @@ func (n *Node) raidPolicy(s *served) raid.Policy {
 		// stalls on one member): a read not answered by the deadline is
 		// rebuilt from the other members.
 		SlowRead: p.MemberSlowRead.D(),
+
+		SlowWrite: p.MemberSlowWrite.D(), // writes around such a member (it goes missing; resynced when it answers)
 	}
 }
 
