@@ -111,3 +111,16 @@ func slowWhy(op string, d time.Duration) string {
 func errAlreadyFailed(d time.Duration) error {
 	return fmt.Errorf("no completion after %v (slow write, member already failed): %w", d, blockdev.ErrTimeout)
 }
+
+// failedNow reports whether m is failed and still holds its role. With
+// SlowWrite on, a write-class request to such a member (planned before
+// it failed) is not sent: on a hung member it would wait a slow deadline
+// of its own for nothing (the member's stripes are tracked for its
+// resync either way). The caller takes the error path (memberErr), which
+// waits until the failure is recorded.
+func (a *Array) failedNow(m *member) bool {
+	return uint8(m.state.Load()) == roleFailed && a.member(m.role) == m
+}
+
+// errNotSent: the request was not sent, its member is failed.
+var errNotSent = fmt.Errorf("not sent, the member is failed (slow write): %w", blockdev.ErrTimeout)

@@ -379,3 +379,33 @@ func TestLateWriteNeverLandsAfterReAdd(t *testing.T) {
 	a.Close()
 	verifyEachDegraded(t, ms, model)
 }
+
+// Once a slow request has made its member missing, the requests that
+// writes planned before still send it are not sent (each would wait its
+// own slow deadline on the hung member): a partial write of a stripe
+// whose parity is on the hung member (its log entry goes there first,
+// then its parity) waits one deadline, not two.
+func TestSlowWriteOneDeadlinePerMember(t *testing.T) {
+	a, _, hd, model := slowWriteArray(t, nil, 1)
+	s := int64(0)
+	for a.parityRole(s, 0) != 1 {
+		s++
+	}
+	off := s * a.geo.StripeSize
+	small := randBuf(rand.New(rand.NewSource(23)), 4096)
+	hd.hung.Store(true)
+	if err := within(t, "write of a stripe whose parity is on the hung member 1", func() error {
+		_, err := a.WriteAt(small, off)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	copy(model[off:], small)
+	if st := a.Status(); st.Members[1].State != "missing" {
+		t.Fatalf("member 1 after its write hung: %+v, want missing", st.Members[1])
+	}
+	if n := hd.blocked.Load(); n != 1 {
+		t.Errorf("%d requests sent to the hung member 1, want 1: requests sent to it after it was made missing each waited a slow deadline", n)
+	}
+	expectEqual(t, "degraded read", mustRead(t, a, 0, len(model)), model)
+}

@@ -18,6 +18,10 @@ func (a *Array) call(m *member, op string, f func() error) error {
 	var err error
 	for attempt := 0; ; attempt++ {
 		slow := a.slowAfter(m) // a flush is written around like a write
+		if slow > 0 && a.failedNow(m) {
+			err = errNotSent
+			break
+		}
 		if a.pol.IOTimeout > 0 || slow > 0 {
 			done := make(chan error, 1)
 			go func() { done <- f() }()
@@ -138,6 +142,10 @@ func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua, s
 		var slow time.Duration
 		if write || slowRead {
 			slow = a.slowAfter(m)
+		}
+		if slow > 0 && a.failedNow(m) {
+			err = errNotSent
+			break
 		}
 		if a.pol.IOTimeout > 0 || slow > 0 {
 			err = a.timed(m, op, p, off, write, fua, slow)
