@@ -30,14 +30,21 @@ import (
 // array keeps serving with a longest stall <= 100 ms (issue 15). The
 // sub-benchmark "before" runs the same with the behaviour before issue 15
 // (no SlowRead, member I/O waiting for the reconnect).
+//
+// "stall" and "stall-before": the member stops answering without its
+// connection failing (a hung node or drive: its target takes commands
+// and keeps the connection, but its device answers none) instead of
+// dying; "stall" with the daemon's policy (reads around it after
+// member_slow_read, writes after member_slow_write), "stall-before"
+// without SlowWrite (writes to it wait for member_io_timeout).
 func BenchmarkMemberDeath(b *testing.B) {
 	for _, tc := range []struct {
-		name   string
-		before bool
-	}{{"daemon", false}, {"before", true}} {
+		name          string
+		before, stall bool
+	}{{"daemon", false, false}, {"before", true, false}, {"stall", false, true}, {"stall-before", true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			for range b.N {
-				healthy, dead, n := memberDeathRun(b, tc.before)
+				healthy, dead, n := memberDeathRun(b, tc.before, tc.stall)
 				b.ReportMetric(float64(healthy.Microseconds())/1000, "healthy-max-ms")
 				b.ReportMetric(float64(dead.Microseconds())/1000, "death-max-stall-ms")
 				b.ReportMetric(float64(n), "ios-after-death")
@@ -46,17 +53,50 @@ func BenchmarkMemberDeath(b *testing.B) {
 	}
 }
 
-func memberDeathRun(b *testing.B, before bool) (healthy, dead time.Duration, after int64) {
+// stallDev is a member's device that, once stalled, answers nothing
+// until released.
+type stallDev struct {
+	blockdev.Device
+	stalled atomic.Bool
+	release chan struct{}
+}
+
+func (d *stallDev) wait() {
+	if d.stalled.Load() {
+		<-d.release
+	}
+}
+
+func (d *stallDev) ReadAt(p []byte, off int64) (int, error) {
+	d.wait()
+	return d.Device.ReadAt(p, off)
+}
+
+func (d *stallDev) WriteAt(p []byte, off int64) (int, error) {
+	d.wait()
+	return d.Device.WriteAt(p, off)
+}
+
+func (d *stallDev) Flush() error {
+	d.wait()
+	return d.Device.Flush()
+}
+
+func memberDeathRun(b *testing.B, before, stall bool) (healthy, dead time.Duration, after int64) {
 	const members, size, nqn = 4, 64 << 20, "nqn.2026-12.io.tier0.bench:member"
 	cfg := policySite(b, "{}")
 	n := &Node{cfg: cfg, log: slog.New(slog.DiscardHandler)}
 	pol := n.raidPolicy(&served{n: n, cfg: &config.Array{Name: "bench"}})
 	pol.Listener = nil
 	opts := memberOptions(cfg.Policies)
-	if before {
-		pol.SlowRead = 0
+	switch {
+	case before && stall:
+		pol.SlowWrite = 0
+	case before:
+		pol.SlowRead, pol.SlowWrite = 0, 0
 		opts.FailFast = false
 	}
+	stalled := &stallDev{release: make(chan struct{})}
 	tgs := make([]*target.Target, members)
 	devs := make([]blockdev.Device, members)
 	for i := range tgs {
@@ -71,8 +111,13 @@ func memberDeathRun(b *testing.B, before bool) (healthy, dead time.Duration, aft
 		if err == nil {
 			err = tg.AddSubsystem(target.SubsystemConfig{NQN: nqn, AllowAnyHost: true})
 		}
+		var dev blockdev.Device = mem
+		if i == 2 && stall {
+			stalled.Device = mem
+			dev = stalled
+		}
 		if err == nil {
-			err = tg.AddNamespace(nqn, target.NamespaceConfig{NSID: 1, Device: mem})
+			err = tg.AddNamespace(nqn, target.NamespaceConfig{NSID: 1, Device: dev})
 		}
 		if err != nil {
 			b.Fatalf("member target %d: %v", i, err)
@@ -92,6 +137,7 @@ func memberDeathRun(b *testing.B, before bool) (healthy, dead time.Duration, aft
 		}
 		devs[i] = ns
 	}
+	defer close(stalled.release) // before the targets close: their handlers wait in it
 	a, err := raid.Create(devs, raid.Config{Level: raid.RAID5, ChunkSize: 64 << 10, AssumeClean: true, Policy: pol})
 	if err != nil {
 		b.Fatal(err)
@@ -142,7 +188,11 @@ func memberDeathRun(b *testing.B, before bool) (healthy, dead time.Duration, aft
 	}
 	time.Sleep(time.Second)
 	killed.Store(time.Now().UnixNano())
-	tgs[2].Close()
+	if stall {
+		stalled.stalled.Store(true)
+	} else {
+		tgs[2].Close()
+	}
 	time.Sleep(2 * time.Second)
 	close(stop)
 	wg.Wait()
