@@ -200,6 +200,13 @@ func TestSlowWriteMakesHungMemberMissing(t *testing.T) {
 	// The member answers again (its abandoned requests land now) and is
 	// taken back through a resync.
 	hd.unhang(t)
+	// The abandoned write kept its own buffer until it ended: what
+	// landed is the write's data, not a later user's of that buffer.
+	landed := make([]byte, 4096)
+	if _, err := hd.Device.ReadAt(landed, a.moff(off/geo.StripeSize, off%geo.ChunkSize)); err != nil {
+		t.Fatal(err)
+	}
+	expectEqual(t, "the abandoned write as it landed on member 1", landed, small)
 	if err := a.ReAdd(1, hd); err != nil {
 		t.Fatalf("re-add of member 1 after it answered: %v", err)
 	}
@@ -408,4 +415,68 @@ func TestSlowWriteOneDeadlinePerMember(t *testing.T) {
 		t.Errorf("%d requests sent to the hung member 1, want 1: requests sent to it after it was made missing each waited a slow deadline", n)
 	}
 	expectEqual(t, "degraded read", mustRead(t, a, 0, len(model)), model)
+}
+
+// RAID-6 keeps its promise with one member gone: a hung member is
+// written around with one other member failed, not with two.
+func TestSlowWriteRAID6(t *testing.T) {
+	raid6 := func(c *Config) { c.Level = RAID6 }
+	t.Run("one other failed: written around", func(t *testing.T) {
+		a, _, hd, model := slowWriteArray(t, nil, 1, raid6)
+		if err := a.FailMember(3, "test: member 3 gone"); err != nil {
+			t.Fatal(err)
+		}
+		hd.hung.Store(true)
+		off := chunkOn(a, 1)
+		small := randBuf(rand.New(rand.NewSource(24)), 4096)
+		if err := within(t, "RAID-6 write with member 1 hung, member 3 failed", func() error {
+			_, err := a.WriteAt(small, off)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		copy(model[off:], small)
+		st := a.Status()
+		if st.Members[1].State != "missing" || st.State == "failed" {
+			t.Fatalf("state %q (%s), member 1 %+v: want degraded with member 1 missing", st.State, st.Reason, st.Members[1])
+		}
+		expectEqual(t, "read with two members gone", mustRead(t, a, 0, len(model)), model)
+	})
+	t.Run("two others failed: waits", func(t *testing.T) {
+		a, _, hd, model := slowWriteArray(t, nil, 1, raid6)
+		for _, r := range []int{2, 3} {
+			if err := a.FailMember(r, "test: gone"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hd.hung.Store(true)
+		off := chunkOn(a, 1)
+		small := randBuf(rand.New(rand.NewSource(25)), 4096)
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.WriteAt(small, off)
+			done <- err
+		}()
+		for i := 0; hd.blocked.Load() == 0; i++ {
+			if i > 3000 {
+				t.Fatal("the write never reached the hung member 1")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // well past the 20 ms deadline
+		select {
+		case err := <-done:
+			t.Fatalf("the write returned (%v) with member 1 hung and two others failed: written around the last redundancy", err)
+		default:
+		}
+		hd.unhang(t)
+		if err := <-done; err != nil {
+			t.Fatalf("write once member 1 answered: %v", err)
+		}
+		copy(model[off:], small)
+		if st := a.Status(); st.Members[1].State != "active" {
+			t.Fatalf("member 1 %+v, want active", st.Members[1])
+		}
+		expectEqual(t, "read", mustRead(t, a, 0, len(model)), model)
+	})
 }
