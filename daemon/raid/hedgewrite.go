@@ -2,6 +2,7 @@ package raid
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"tier0/daemon/blockdev"
@@ -106,10 +107,57 @@ func slowWhy(op string, d time.Duration) string {
 	return fmt.Sprintf("%s: no completion after %v (slow write): %v", op, d, blockdev.ErrTimeout)
 }
 
-// errAlreadyFailed: abandoned at the slow deadline, its member failed by
-// another request.
-func errAlreadyFailed(d time.Duration) error {
-	return fmt.Errorf("no completion after %v (slow write, member already failed): %w", d, blockdev.ErrTimeout)
+// errAlreadyFailed: abandoned at the slow deadline (why), its member
+// failed by another request.
+func errAlreadyFailed(why string) error {
+	return fmt.Errorf("%s; abandoned, the member was failed already: %w", strings.TrimSuffix(why, ": "+blockdev.ErrTimeout.Error()), blockdev.ErrTimeout)
+}
+
+// slowClock is a request's slow deadline: d (0 once the request is left
+// to IOTimeout), its start, whether a stall of the process extended it,
+// and the reason recorded when it made its member missing.
+type slowClock struct {
+	d        time.Duration
+	t0       time.Time
+	extended bool
+	why      string
+}
+
+type slowVerdict int
+
+const (
+	slowWait      slowVerdict = iota // wait on: reset the timer to next (< 0: without bound)
+	slowMarked                       // abandoned, and its member made missing (c.why)
+	slowAbandoned                    // abandoned, its member failed already
+)
+
+// slowDue runs when a request's slow deadline passes. A deadline that
+// falls in or right after a stall of the process (stall.go) is extended
+// once by d, as IOTimeout's is; otherwise claimSlow decides. A request
+// not written around waits for the rest of IOTimeout.
+func (a *Array) slowDue(c *slowClock, m *member, r *timedReq, op string, began int64) (v slowVerdict, next time.Duration) {
+	d := c.d
+	if !c.extended && stalls.stalledSince(began) {
+		c.extended = true
+	} else {
+		c.why = slowWhy(op, time.Since(c.t0).Round(time.Millisecond))
+		abandoned, marked := a.claimSlow(m, r, c.why)
+		switch {
+		case marked:
+			return slowMarked, 0
+		case abandoned:
+			return slowAbandoned, 0
+		}
+		c.d = 0
+	}
+	if c.d > 0 && (a.pol.IOTimeout <= 0 || time.Since(c.t0)+d < a.pol.IOTimeout) {
+		return slowWait, d
+	}
+	c.d = 0
+	if a.pol.IOTimeout <= 0 {
+		return slowWait, -1
+	}
+	return slowWait, max(a.pol.IOTimeout-time.Since(c.t0), time.Nanosecond)
 }
 
 // failedNow reports whether m is failed and still holds its role. With

@@ -2,7 +2,9 @@ package raid
 
 import (
 	"errors"
+	"fmt"
 	"math/rand"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +77,9 @@ func (d *hangDev) unhang(t *testing.T) {
 	}
 }
 
+// hangInfo, when set, describes the array for within's failure.
+var hangInfo func() string
+
 // within runs f in a goroutine and fails the test when it has not
 // returned after 30 s.
 func within(t *testing.T, what string, f func() error) error {
@@ -85,6 +90,11 @@ func within(t *testing.T, what string, f func() error) error {
 	case err := <-done:
 		return err
 	case <-time.After(30 * time.Second):
+		buf := make([]byte, 1<<20)
+		t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+		if hangInfo != nil {
+			t.Logf("%s", hangInfo())
+		}
 		t.Fatalf("%s: still waiting on the hung member after 30 s (want it written around after Policy.SlowWrite, the member missing)", what)
 		return nil
 	}
@@ -479,4 +489,94 @@ func TestSlowWriteRAID6(t *testing.T) {
 		}
 		expectEqual(t, "read", mustRead(t, a, 0, len(model)), model)
 	})
+}
+
+// Concurrent writers while a member hangs: every write completes, and
+// once the member is back every acknowledged write reads back, with each
+// member left out in turn.
+func TestSlowWriteConcurrentWriters(t *testing.T) {
+	for _, level := range []Level{RAID5, RAID6} {
+		t.Run(level.String(), func(t *testing.T) {
+			a, ms, hd, _ := slowWriteArray(t, nil, 2, func(c *Config) { c.Level = level })
+			model := mustRead(t, a, 0, int(a.Size()))
+			hangInfo = func() string { return fmt.Sprintf("status %+v", a.Status()) }
+			defer func() { hangInfo = nil }()
+			const writers = 8
+			region := a.Size() / writers / 4096 * 4096
+			errs := make(chan error, writers)
+			var started sync.WaitGroup
+			started.Add(writers)
+			for g := range writers {
+				go func() {
+					rng := rand.New(rand.NewSource(int64(100 + g)))
+					lo := int64(g) * region
+					for i := range 40 {
+						if i == 5 {
+							started.Done()
+						}
+						n := int64(1+rng.Intn(16)) * 4096
+						off := lo + rng.Int63n((region-n)/4096+1)*4096
+						p := randBuf(rng, int(n))
+						if _, err := a.WriteAt(p, off); err != nil {
+							errs <- fmt.Errorf("writer %d, write %d of %d bytes at %d: %w", g, i, n, off, err)
+							return
+						}
+						copy(model[off:], p) // regions are disjoint
+					}
+					errs <- nil
+				}()
+			}
+			started.Wait()
+			hd.hung.Store(true)
+			for range writers {
+				if err := within(t, "concurrent writers with member 2 hung", func() error { return <-errs }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st := a.Status(); st.Members[2].State != "missing" {
+				t.Fatalf("member 2 after it hung under writers: %+v, want missing", st.Members[2])
+			}
+			expectEqual(t, "degraded read", mustRead(t, a, 0, len(model)), model)
+			hd.unhang(t)
+			if err := a.ReAdd(2, hd); err != nil {
+				t.Fatalf("re-add of member 2: %v", err)
+			}
+			a.WaitIdle()
+			if err := a.Check(); err != nil {
+				t.Fatalf("parity check after the resync: %v", err)
+			}
+			expectEqual(t, "read after the resync", mustRead(t, a, 0, len(model)), model)
+			a.Close()
+			verifyEachDegraded(t, ms, model)
+		})
+	}
+}
+
+// A slow deadline that falls in or right after a stall of the process
+// (stall.go: the process, not the member, was not running) is extended
+// once, as IOTimeout's is; a member still hung then is written around,
+// not waited for until IOTimeout.
+func TestSlowWriteDeadlineDuringProcessStall(t *testing.T) {
+	fs := &fakeStalls{}
+	old := stalls
+	stalls = fs
+	t.Cleanup(func() { stalls = old })
+	a, _, hd, model := slowWriteArray(t, nil, 1)
+	off := chunkOn(a, 1)
+	small := randBuf(rand.New(rand.NewSource(26)), 4096)
+	hd.hung.Store(true)
+	if err := within(t, "write with member 1 hung, its deadline in a stall of the process", func() error {
+		_, err := a.WriteAt(small, off)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	copy(model[off:], small)
+	if fs.asked.Load() == 0 {
+		t.Fatal("the slow deadline never asked whether the process had stalled")
+	}
+	if st := a.Status(); st.Members[1].State != "missing" {
+		t.Fatalf("member 1 after its write hung: %+v, want missing", st.Members[1])
+	}
+	expectEqual(t, "degraded read", mustRead(t, a, 0, len(model)), model)
 }

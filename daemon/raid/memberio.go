@@ -26,6 +26,7 @@ func (a *Array) call(m *member, op string, f func() error) error {
 			done := make(chan error, 1)
 			go func() { done <- f() }()
 			began := stalls.now()
+			sc := slowClock{d: slow, t0: time.Now()}
 			t := time.NewTimer(a.pol.IOTimeout)
 			if slow > 0 {
 				t.Reset(slow)
@@ -37,24 +38,21 @@ func (a *Array) call(m *member, op string, f func() error) error {
 					t.Stop()
 					break wait
 				case <-t.C:
-					if d := slow; d > 0 {
-						// The slow deadline (hedgewrite.go).
-						slow = 0
-						if !stalls.stalledSince(began) {
-							why := slowWhy(op, d)
-							if abandoned, marked := a.claimSlow(m, nil, why); marked {
-								return a.slowFailed(m, why)
-							} else if abandoned {
-								err = errAlreadyFailed(d)
+					if sc.d > 0 {
+						switch v, next := a.slowDue(&sc, m, nil, op, began); v {
+						case slowMarked:
+							return a.slowFailed(m, sc.why)
+						case slowAbandoned:
+							err = errAlreadyFailed(sc.why)
+							break wait
+						default:
+							if next < 0 {
+								err = <-done
 								break wait
 							}
+							t.Reset(next)
+							continue
 						}
-						if a.pol.IOTimeout <= 0 {
-							err = <-done
-							break wait
-						}
-						t.Reset(a.pol.IOTimeout - d)
-						continue
 					}
 					if !extended && stalls.stalledSince(began) {
 						// the process, not the member, stalled
@@ -180,6 +178,7 @@ func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool
 		copy(r.buf, p)
 	}
 	began := stalls.now()
+	sc := slowClock{d: slow, t0: time.Now()}
 	startOp(opJob{t: r})
 	first := a.pol.IOTimeout
 	if slow > 0 {
@@ -196,22 +195,19 @@ func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool
 			r.timer.Stop()
 			return r.finish(p, err)
 		case <-r.timer.C:
-			if d := slow; d > 0 {
-				// The slow deadline (hedgewrite.go).
-				slow = 0
-				if !stalls.stalledSince(began) {
-					why := slowWhy(op, d)
-					if abandoned, marked := a.claimSlow(m, r, why); marked {
-						return &slowErr{why: why}
-					} else if abandoned {
-						return errAlreadyFailed(d)
+			if sc.d > 0 {
+				switch v, next := a.slowDue(&sc, m, r, op, began); v {
+				case slowMarked:
+					return &slowErr{why: sc.why}
+				case slowAbandoned:
+					return errAlreadyFailed(sc.why)
+				default:
+					if next < 0 {
+						return r.finish(p, <-r.done)
 					}
+					r.timer.Reset(next)
+					continue
 				}
-				if a.pol.IOTimeout <= 0 {
-					return r.finish(p, <-r.done)
-				}
-				r.timer.Reset(a.pol.IOTimeout - d)
-				continue
 			}
 			if !extended && stalls.stalledSince(began) {
 				// the process, not the member, stalled: see stall.go
