@@ -63,25 +63,60 @@ func (a *Array) spareLocked(m *member) bool {
 	return n < a.geo.Level.redundancy(a.geo.Members)
 }
 
+// monoBase anchors monoNow, monotonic nanoseconds.
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+// begin and end track a timed request of m (busy, busySince, doneAt).
+func (m *member) begin() {
+	if m.busy.Add(1) == 1 {
+		m.busySince.Store(monoNow())
+	}
+}
+
+func (m *member) end() {
+	m.doneAt.Store(monoNow())
+	m.busy.Add(-1)
+}
+
+// silentSince reports whether m has had a request running since before
+// t (monoNow) and none has ended since: it does not answer either.
+func (m *member) silentSince(t int64) bool {
+	return m.busy.Load() > 0 && m.busySince.Load() < t && m.doneAt.Load() < t
+}
+
 // claimSlow decides, at a request's slow deadline, whether it is written
 // around. It abandons r (nil for a flush, which holds nothing of the
 // caller's) and, when m is still present and the array can lose it,
 // marks m missing with why, in one step under a.mu. A request to a
 // member that another request failed already is abandoned too (the
 // timeout path would fail it as well); marked is false then.
-func (a *Array) claimSlow(m *member, r *timedReq, why string) (abandoned, marked bool) {
+//
+// later: another present member has been silent since before this
+// request began (silentSince), so which one is hung is not known (a
+// member merely slow while another is hung must not take the
+// redundancy the hung one needs): decide again at the next deadline.
+func (a *Array) claimSlow(m *member, r *timedReq, why string, began int64) (abandoned, marked, later bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.dead.Load() || a.stopped.Load() || a.fenced.Load() || a.member(m.role) != m {
-		return false, false
+		return false, false, false
 	}
 	failed := uint8(m.state.Load()) == roleFailed
 	if !failed && (!present(m) || !a.spareLocked(m)) {
-		return false, false
+		return false, false, false
+	}
+	if !failed {
+		for i := range a.members {
+			if x := a.member(i); x != nil && x != m && present(x) && x.silentSince(began) {
+				return false, false, true
+			}
+		}
 	}
 	if r != nil {
 		if !r.state.CompareAndSwap(reqRunning, reqAbandoned) {
-			return false, false // it ended just now
+			return false, false, false // it ended just now
 		}
 		m.late.Add(1)
 	}
@@ -89,7 +124,7 @@ func (a *Array) claimSlow(m *member, r *timedReq, why string) (abandoned, marked
 		a.markFailedLocked(m, why, true)
 		m.recorded = make(chan struct{})
 	}
-	return true, !failed
+	return true, !failed, false
 }
 
 // slowFailed records m's failure after claimSlow marked it (as failAs
@@ -119,6 +154,7 @@ func errAlreadyFailed(why string) error {
 type slowClock struct {
 	d        time.Duration
 	t0       time.Time
+	mono     int64 // t0 on monoNow's clock
 	extended bool
 	why      string
 }
@@ -141,14 +177,15 @@ func (a *Array) slowDue(c *slowClock, m *member, r *timedReq, op string, began i
 		c.extended = true
 	} else {
 		c.why = slowWhy(op, time.Since(c.t0).Round(time.Millisecond))
-		abandoned, marked := a.claimSlow(m, r, c.why)
+		abandoned, marked, later := a.claimSlow(m, r, c.why, c.mono)
 		switch {
 		case marked:
 			return slowMarked, 0
 		case abandoned:
 			return slowAbandoned, 0
+		case !later:
+			c.d = 0
 		}
-		c.d = 0
 	}
 	if c.d > 0 && (a.pol.IOTimeout <= 0 || time.Since(c.t0)+d < a.pol.IOTimeout) {
 		return slowWait, d

@@ -580,3 +580,72 @@ func TestSlowWriteDeadlineDuringProcessStall(t *testing.T) {
 	}
 	expectEqual(t, "degraded read", mustRead(t, a, 0, len(model)), model)
 }
+
+// A member that is late while another member has been silent since
+// before (a request running, none ended: it may be the hung one) is not
+// written around: RAID-5 keeps its one loss for the member that is
+// really hung. (Found by TestSlowWriteConcurrentWriters under -race on a
+// loaded machine: two healthy members of a RAID-6 made missing by late
+// writes, the hung one then waited for IOTimeout.) Member 2's silence is
+// simulated by a request begun on it and not ended.
+func TestSlowWriteNotWhileAnotherMemberSilent(t *testing.T) {
+	a, _, hd, model := slowWriteArray(t, nil, 0)
+	s := int64(0)
+	for a.dataRole(s, 0) != 0 || a.parityRole(s, 0) == 2 {
+		s++
+	}
+	off := s*a.geo.StripeSize + 4096 // member 0's chunk; neither it nor the parity on member 2
+	m2 := a.member(2)
+	m2.begin()
+	ended := false
+	defer func() {
+		if !ended {
+			m2.end()
+		}
+	}()
+	small := randBuf(rand.New(rand.NewSource(27)), 4096)
+	hd.hung.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.WriteAt(small, off)
+		done <- err
+	}()
+	for i := 0; hd.blocked.Load() == 0; i++ {
+		if i > 3000 {
+			t.Fatal("the write never reached the late member 0")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // well past the 20 ms deadline
+	select {
+	case err := <-done:
+		t.Fatalf("the write returned (%v; member 0 %+v) while member 2 was silent: the late member 0 was written around, taking the redundancy the silent one may need", err, a.Status().Members[0])
+	default:
+	}
+	hd.unhang(t)
+	if err := within(t, "write once member 0 answered", func() error { return <-done }); err != nil {
+		t.Fatal(err)
+	}
+	copy(model[off:], small)
+	if st := a.Status(); st.State != "optimal" {
+		t.Fatalf("state %q (%s) after member 0 answered late, want optimal", st.State, st.Reason)
+	}
+	// Member 2 answers again: a hung member 0 is written around now.
+	m2.end()
+	ended = true
+	hd.release = make(chan struct{})
+	hd.once = sync.Once{}
+	hd.blocked.Store(0)
+	hd.ended.Store(0)
+	hd.hung.Store(true)
+	if err := within(t, "write with member 0 hung, member 2 answering", func() error {
+		_, err := a.WriteAt(small, off)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Status(); st.Members[0].State != "missing" {
+		t.Fatalf("member 0 after its write hung: %+v, want missing", st.Members[0])
+	}
+	expectEqual(t, "degraded read", mustRead(t, a, 0, len(model)), model)
+}

@@ -24,9 +24,14 @@ func (a *Array) call(m *member, op string, f func() error) error {
 		}
 		if a.pol.IOTimeout > 0 || slow > 0 {
 			done := make(chan error, 1)
-			go func() { done <- f() }()
+			go func() {
+				m.begin()
+				err := f()
+				m.end()
+				done <- err
+			}()
 			began := stalls.now()
-			sc := slowClock{d: slow, t0: time.Now()}
+			sc := slowClock{d: slow, t0: time.Now(), mono: monoNow()}
 			t := time.NewTimer(a.pol.IOTimeout)
 			if slow > 0 {
 				t.Reset(slow)
@@ -178,7 +183,7 @@ func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool
 		copy(r.buf, p)
 	}
 	began := stalls.now()
-	sc := slowClock{d: slow, t0: time.Now()}
+	sc := slowClock{d: slow, t0: time.Now(), mono: monoNow()}
 	startOp(opJob{t: r})
 	first := a.pol.IOTimeout
 	if slow > 0 {
@@ -227,7 +232,10 @@ func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool
 var timedPool = sync.Pool{New: func() any { return &timedReq{done: make(chan error, 1)} }}
 
 func (r *timedReq) run() {
-	err := memberIO(r.m, r.buf, r.off, r.write, r.fua)
+	m := r.m
+	m.begin()
+	err := memberIO(m, r.buf, r.off, r.write, r.fua)
+	m.end()
 	if r.state.CompareAndSwap(reqRunning, reqEnded) {
 		r.done <- err
 		return

@@ -28,6 +28,13 @@ type member struct {
 	// (memberio.go, hedge.go); a member with one is not read to rebuild
 	// another member's late chunk.
 	late atomic.Int32
+	// busy, busySince, doneAt (timed requests, memberio.go): requests
+	// running, when busy last went from 0 to 1, and when the last one
+	// ended, on monoNow's clock. A member busy since before a moment
+	// with nothing ended since is silent too (claimSlow).
+	busy      atomic.Int32
+	busySince atomic.Int64
+	doneAt    atomic.Int64
 	// missed: rebuilding after a ReAdd in the same run of the array, the
 	// stripes it must catch up (it then replaces dirty).
 	missed *stripeSet
