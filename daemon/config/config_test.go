@@ -257,7 +257,7 @@ func TestFabricTransport(t *testing.T) {
 	}
 }
 
-// policies.member_slow_write (raid.Policy.SlowWrite): 50ms by default;
+// policies.member_slow_write (raid.Policy.SlowWrite): off by default;
 // negative or not below member_io_timeout is refused, naming the key,
 // the value and what is expected.
 func TestMemberSlowWrite(t *testing.T) {
@@ -265,8 +265,8 @@ func TestMemberSlowWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Policies.MemberSlowWrite.D(); got != 50*time.Millisecond {
-		t.Errorf("default policies.member_slow_write %s, want 50ms", got)
+	if got := c.Policies.MemberSlowWrite.D(); got != DefaultMemberSlowWrite {
+		t.Errorf("default policies.member_slow_write %s, want %s (off)", got, DefaultMemberSlowWrite)
 	}
 	c, err = Parse("site.yaml", []byte(baseNodes+"policies: {member_slow_write: 30ms}\narrays: []"))
 	if err != nil {

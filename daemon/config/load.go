@@ -254,9 +254,6 @@ func (c *Config) applyDefaults() {
 	if p.MemberSlowRead == 0 {
 		p.MemberSlowRead = Duration(DefaultMemberSlowRead)
 	}
-	if p.MemberSlowWrite == 0 {
-		p.MemberSlowWrite = Duration(DefaultMemberSlowWrite)
-	}
 	if p.HousekeepingInterval == 0 {
 		p.HousekeepingInterval = Duration(DefaultHousekeeping)
 	}

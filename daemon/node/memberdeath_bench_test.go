@@ -90,6 +90,10 @@ func memberDeathRun(b *testing.B, before, stall bool) (healthy, dead time.Durati
 	pol.Listener = nil
 	opts := memberOptions(cfg.Policies)
 	switch {
+	case stall && !before:
+		// member_slow_write is off by default (daemon/config); the
+		// suggested value on flash members
+		pol.SlowWrite = 50 * time.Millisecond
 	case before && stall:
 		pol.SlowWrite = 0
 	case before:
