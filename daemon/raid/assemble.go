@@ -356,14 +356,28 @@ func (a *Array) memberAtAssembly(ref *superblock, r int, c *candidate, restarted
 // planFullStripe; adding the dirty regions here then would make a member
 // away catch up stripes that another member under resync cannot rebuild
 // without it, TestUnreachableMemberTakenBackAtAssembly.)
+//
+// After the stop of an array that was not optimal, only the stripes of
+// the dirty regions whose every parity member is absent now (away or out
+// of sync) are added: their entries lie on those members only, so the
+// replay cannot mark what the away member missed, and its parity chunk
+// there (it can hold only parity: the data members are all present) is
+// rebuilt from present data alone (RAID-6 seeds 26402 and 32602 of the
+// crash model: P on the member lost with the crash, Q on one failed
+// before; its return served a stale parity chunk).
 func (a *Array) missedInFlight(ref *superblock) {
+	optimal := true
 	for r := 0; r < a.geo.Members; r++ {
 		if ref.RoleState[r] != roleActive {
-			return
+			optimal = false
 		}
 	}
 	dirty := a.bm.snapshot()
 	rs := a.bm.regionStripes
+	if !optimal {
+		a.missedInFlightParityAbsent(dirty, rs)
+		return
+	}
 	for r := 0; r < a.geo.Members; r++ {
 		m := a.member(r)
 		if m == nil || m.since == nil {
@@ -375,6 +389,42 @@ func (a *Array) missedInFlight(ref *superblock) {
 			}
 			for s := int64(reg) * rs; s < min(int64(reg+1)*rs, a.geo.Stripes); s++ {
 				m.since.set(s)
+			}
+		}
+	}
+}
+
+// missedInFlightParityAbsent: missedInFlight for an array stopped while
+// not optimal.
+func (a *Array) missedInFlightParityAbsent(dirty []bool, rs int64) {
+	absent := func(r int) bool {
+		m := a.member(r)
+		return m == nil || m.since != nil || uint8(m.state.Load()) != roleActive
+	}
+	np := a.geo.Level.redundancy(a.geo.Members)
+	for reg, d := range dirty {
+		if !d {
+			continue
+		}
+		for s := int64(reg) * rs; s < min(int64(reg+1)*rs, a.geo.Stripes); s++ {
+			all := true
+			for k := 0; k < np && all; k++ {
+				all = absent(a.parityRole(s, k))
+			}
+			// Only where every data member is present and in sync: the
+			// away member's parity is rebuilt from them alone (a data
+			// member out of sync too would leave the stripe lacking data,
+			// TestUnreachableMemberTakenBackAtAssembly).
+			for i := 0; i < a.geo.Members-np && all; i++ {
+				all = !absent(a.dataRole(s, i))
+			}
+			if !all {
+				continue
+			}
+			for k := 0; k < np; k++ {
+				if m := a.member(a.parityRole(s, k)); m != nil && m.since != nil {
+					m.since.set(s)
+				}
 			}
 		}
 	}

@@ -125,79 +125,7 @@ func TestModelCrashWithMemberLoss(t *testing.T) {
 	for ci, c := range configs {
 		for k := 0; k < seeds; k++ {
 			seed := int64(7000 + 100*k + ci)
-			t.Run(fmt.Sprintf("%s-%d/seed=%d", c.level, c.n, seed), func(t *testing.T) {
-				var rk *replayKnobs
-				if !*crashLossFree {
-					rk = &replayKnobs{serial: true, stepped: true}
-				}
-				if *crashLossTrace {
-					debugf = t.Logf
-					defer func() { debugf = nil }()
-				}
-				s := newSimWith(t, c.level, c.n, 768<<10, seed, rk)
-				if *crashLossTrace {
-					// The engine's trace in the sim's log, in order.
-					debugf = func(f string, args ...any) { s.logf("  engine: "+f, args...) }
-				}
-				held := map[int]bool{}
-				for i := 0; i < 150; i++ {
-					if *crashLossCheck {
-						s.verifyAll()
-						if b := s.badStripes(); len(b) > 0 {
-							s.logf("stripes not matching their parity: %v", b)
-						}
-					}
-					s.tick()
-					switch x := s.rng.Intn(100); {
-					case x < 8:
-						if len(held) == 0 {
-							s.crashWithLoss(held)
-						}
-					case x < 16 && len(held) > 0:
-						// The lowest role held (a map's order is random).
-						r := s.n
-						for h := range held {
-							r = min(r, h)
-						}
-						if err := s.a.ReAdd(r, s.faults[r]); err != nil {
-							s.logf("re-add %d: %v", r, err)
-						} else {
-							s.logf("re-add %d", r)
-						}
-						delete(held, r)
-					case x < 20:
-						if len(held) == 0 {
-							s.handoff()
-						}
-					default:
-						if len(held) > 0 {
-							// Members held back: plain writes and reads
-							// only (no further faults, no crash).
-							off, n := s.randRange()
-							if s.rng.Intn(2) == 0 {
-								p := randBuf(s.rng, n)
-								if _, err := s.a.WriteAt(p, off); err != nil {
-									s.fatalf("write %d@%d: %v", n, off, err)
-								}
-								s.record(off, p, false)
-								s.logf("write %d@%d (held %v)", n, off, held)
-							} else {
-								got := make([]byte, n)
-								if _, err := s.a.ReadAt(got, off); err != nil {
-									s.fatalf("read %d@%d: %v", n, off, err)
-								}
-								if !bytes.Equal(got, s.cur[off:off+int64(n)]) {
-									s.fatalf("read %d@%d differs from the model (held %v, state %s)", n, off, held, s.a.describe())
-								}
-							}
-							continue
-						}
-						s.step()
-					}
-				}
-				s.a.WaitIdle()
-				t.Logf("%d crashes (%d losing members), %d member returns, %d faults skipped in a resync window", s.crashes, s.lossy, s.rebuilt, s.skipped)
-			})
+			t.Run(fmt.Sprintf("%s-%d/seed=%d", c.level, c.n, seed), func(t *testing.T) { runCrashLoss(t, c.level, c.n, seed) })
 		}
 	}
 }
@@ -255,4 +183,95 @@ func (s *sim) badStripes() []int64 {
 		}
 	}
 	return bad
+}
+
+// runCrashLoss is one seeded run of TestModelCrashWithMemberLoss.
+func runCrashLoss(t *testing.T, level Level, n int, seed int64) {
+	var rk *replayKnobs
+	if !*crashLossFree {
+		rk = &replayKnobs{serial: true, stepped: true}
+	}
+	if *crashLossTrace {
+		debugf = t.Logf
+		defer func() { debugf = nil }()
+	}
+	s := newSimWith(t, level, n, 768<<10, seed, rk)
+	if *crashLossTrace {
+		// The engine's trace in the sim's log, in order.
+		debugf = func(f string, args ...any) { s.logf("  engine: "+f, args...) }
+	}
+	held := map[int]bool{}
+	for i := 0; i < 150; i++ {
+		if *crashLossCheck {
+			s.verifyAll()
+			if b := s.badStripes(); len(b) > 0 {
+				s.logf("stripes not matching their parity: %v", b)
+			}
+		}
+		s.tick()
+		switch x := s.rng.Intn(100); {
+		case x < 8:
+			if len(held) == 0 {
+				s.crashWithLoss(held)
+			}
+		case x < 16 && len(held) > 0:
+			// The lowest role held (a map's order is random).
+			r := s.n
+			for h := range held {
+				r = min(r, h)
+			}
+			if err := s.a.ReAdd(r, s.faults[r]); err != nil {
+				s.logf("re-add %d: %v", r, err)
+			} else {
+				s.logf("re-add %d", r)
+			}
+			delete(held, r)
+		case x < 20:
+			if len(held) == 0 {
+				s.handoff()
+			}
+		default:
+			if len(held) > 0 {
+				// Members held back: plain writes and reads
+				// only (no further faults, no crash).
+				off, n := s.randRange()
+				if s.rng.Intn(2) == 0 {
+					p := randBuf(s.rng, n)
+					if _, err := s.a.WriteAt(p, off); err != nil {
+						s.fatalf("write %d@%d: %v", n, off, err)
+					}
+					s.record(off, p, false)
+					s.logf("write %d@%d (held %v)", n, off, held)
+				} else {
+					got := make([]byte, n)
+					if _, err := s.a.ReadAt(got, off); err != nil {
+						s.fatalf("read %d@%d: %v", n, off, err)
+					}
+					if !bytes.Equal(got, s.cur[off:off+int64(n)]) {
+						s.fatalf("read %d@%d differs from the model (held %v, state %s)", n, off, held, s.a.describe())
+					}
+				}
+				continue
+			}
+			s.step()
+		}
+	}
+	s.a.WaitIdle()
+	t.Logf("%d crashes (%d losing members), %d member returns, %d faults skipped in a resync window", s.crashes, s.lossy, s.rebuilt, s.skipped)
+}
+
+// TestModelCrashWithMemberLossFoundSeeds replays the crash-model seeds
+// that found engine bugs outside make test's 40 seeds. raid6-5 26402 and
+// 32602 (-raid.crashloss.seeds=300): a RAID-6 stripe whose P and Q
+// members were both absent after a crash (one failed before it, one lost
+// with it) lost its in-flight write's log entry; the member's return did
+// not catch the stripe up and served a stale parity chunk
+// (missedInFlightParityAbsent).
+func TestModelCrashWithMemberLossFoundSeeds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the crash-with-loss model takes seconds")
+	}
+	for _, seed := range []int64{26402, 32602} {
+		t.Run(fmt.Sprintf("raid6-5/seed=%d", seed), func(t *testing.T) { runCrashLoss(t, RAID6, 5, seed) })
+	}
 }
