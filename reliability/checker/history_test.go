@@ -126,7 +126,7 @@ func TestHistoryOfConcurrentWorkloadIsLinearizable(t *testing.T) {
 	// the history must be linearizable and every read checked.
 	m := newMem()
 	f := blockdev.NewFault(&lander{Device: m, fail: 100 * UnitSize})
-	f.AddRule(blockdev.Rule{Op: blockdev.OpWrite, Off: 0, Len: 64 * UnitSize, Action: blockdev.Fail, After: 200, Count: 50})
+	f.AddRule(blockdev.Rule{Op: blockdev.OpWrite, Off: 0, Len: 64 * UnitSize, Action: blockdev.Fail, After: 20, Count: 50})
 	c, _ := New([]Target{{Name: "a", Dev: f}, {Name: "b", Dev: newMem()}}, Options{Seed: 11, Workers: 4, ReadPercent: 40, ReadAny: true, ErrorBackoff: time.Microsecond})
 	runFor(t, c, 3000)
 	if c.Progress().Failed == 0 {
