@@ -44,16 +44,30 @@ func TestUnserveWhileVolumesReconcile(t *testing.T) {
 		}
 	}
 	// a one-block volume first: its zeroing is a partial-stripe write,
-	// which reads the members, and C1's reads are held
+	// which reads some of the members (which ones depends on the block's
+	// chunk and the write's plan), and every member's reads are held
 	if _, err := vs.Create(ctx, "x", "small", int64(sa.gate.bs), nil); err != nil {
 		t.Fatal(err)
 	}
-	hd := s.holds["C1"]
-	hd.hold()
-	defer hd.release()
+	var hds []*holdDev
+	for _, m := range members {
+		hd := s.holds[m]
+		hd.hold()
+		defer hd.release()
+		hds = append(hds, hd)
+	}
+	releaseAll := func() {
+		for _, hd := range hds {
+			hd.release()
+		}
+	}
 	recDone := make(chan error, 1)
 	go func() { recDone <- a.reconcileVolumes(ctx) }() // the owner zeroes small
-	<-hd.entered                                       // ... and waits on C1, under volMu and the gate
+	select {                                           // ... and waits on a member, under volMu and the gate
+	case <-hds[0].entered:
+	case <-hds[1].entered:
+	case <-hds[2].entered:
+	}
 	done := make(chan struct{})
 	go func() {
 		a.unserve(sa)
@@ -63,10 +77,10 @@ func TestUnserveWhileVolumesReconcile(t *testing.T) {
 	case <-done:
 		t.Fatal("unserve finished while the owner's zeroing was still writing to the array")
 	case <-recDone:
-		t.Fatal("the volume reconcile finished while C1's read was held")
+		t.Fatal("the volume reconcile finished while the members' reads were held")
 	default:
 	}
-	hd.release()
+	releaseAll()
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
