@@ -129,16 +129,7 @@ func TestSlowWriteConcurrentWriters(t *testing.T) {
 			}
 			expectEqual(t, "degraded read", mustRead(t, a, 0, len(model)), model)
 			hd.unhang(t)
-			if err := a.ReAdd(2, hd); err != nil {
-				t.Fatalf("re-add of member 2: %v", err)
-			}
-			a.WaitIdle()
-			if err := a.Check(); err != nil {
-				t.Fatalf("parity check after the resync: %v", err)
-			}
-			expectEqual(t, "read after the resync", mustRead(t, a, 0, len(model)), model)
-			a.Close()
-			verifyEachDegraded(t, ms, model)
+			reAddAndVerify(t, a, ms, hd, 2, "re-add of member 2", model)
 		})
 	}
 }

@@ -135,6 +135,24 @@ func verifyEachDegraded(t *testing.T, ms []*blockdev.Mem, model []byte) {
 	}
 }
 
+// reAddAndVerify takes member role back (what names the re-add in a
+// failure), waits for its resync, checks every stripe's parity, reads the
+// array back against model, closes it and reads it with each member
+// failed in turn.
+func reAddAndVerify(t *testing.T, a *Array, ms []*blockdev.Mem, hd *hangDev, role int, what string, model []byte) {
+	t.Helper()
+	if err := a.ReAdd(role, hd); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	a.WaitIdle()
+	if err := a.Check(); err != nil {
+		t.Fatalf("parity check after the resync: %v", err)
+	}
+	expectEqual(t, "read after the resync", mustRead(t, a, 0, len(model)), model)
+	a.Close()
+	verifyEachDegraded(t, ms, model)
+}
+
 // slowWriteArray is a RAID-5 of 4 memory members, member hung wrapped
 // in a hangDev, IOTimeout 1 h and SlowWrite 20 ms unless the test
 // changes them, holding 8 stripes of flushed random data (returned).
@@ -251,16 +269,7 @@ func TestSlowWriteFullStripeBatchAroundHungMember(t *testing.T) {
 		t.Fatalf("member 2 after its write hung: %+v, want missing", st.Members[2])
 	}
 	hd.unhang(t)
-	if err := a.ReAdd(2, hd); err != nil {
-		t.Fatalf("re-add of member 2: %v", err)
-	}
-	a.WaitIdle()
-	if err := a.Check(); err != nil {
-		t.Fatalf("parity check after the resync: %v", err)
-	}
-	expectEqual(t, "read after the resync", mustRead(t, a, 0, len(model)), model)
-	a.Close()
-	verifyEachDegraded(t, ms, model)
+	reAddAndVerify(t, a, ms, hd, 2, "re-add of member 2", model)
 }
 
 // A member that hangs on reads too: a partial write's read-modify-write
@@ -384,16 +393,7 @@ func TestLateWriteNeverLandsAfterReAdd(t *testing.T) {
 	if !errors.Is(err, ErrInFlight) {
 		t.Fatalf("re-add with requests in flight: %v, want ErrInFlight", err)
 	}
-	if err := a.ReAdd(1, hd); err != nil {
-		t.Fatalf("re-add once the member's requests ended: %v", err)
-	}
-	a.WaitIdle()
-	if err := a.Check(); err != nil {
-		t.Fatalf("parity check after the resync: %v", err)
-	}
-	expectEqual(t, "read after the resync", mustRead(t, a, 0, len(model)), model)
-	a.Close()
-	verifyEachDegraded(t, ms, model)
+	reAddAndVerify(t, a, ms, hd, 1, "re-add once the member's requests ended", model)
 }
 
 // Once a slow request has made its member missing, the requests that
