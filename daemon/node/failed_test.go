@@ -40,11 +40,7 @@ func (s *testSite) awaitReport(node, kind string, poke func()) report {
 func TestArrayFailedStopsServingAndComesBack(t *testing.T) {
 	s := newTestSite(t)
 	a := s.node("A")
-	s.do("A", "fence", cluster.Fence{Array: "x", Node: "A", NewEpoch: 1, Members: []string{"C1", "D1", "E1"}})
-	s.do("A", "assemble", cluster.Assemble{Array: "x", Node: "A", Epoch: 1})
-	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
-	s.wantReport("A", "assembled")
-	x := a.served("x")
+	x := serveXOnA(s)
 	kept := bytes.Repeat([]byte{0x3c}, 4096)
 	const keptAt = 1 << 20
 	if _, err := x.gate.WriteAtFUA(kept, keptAt); err != nil {
@@ -52,11 +48,7 @@ func TestArrayFailedStopsServingAndComesBack(t *testing.T) {
 	}
 
 	// Nodes C and D go away: two of three members of a raid5.
-	for _, name := range []string{"C", "D"} {
-		if err := s.node(name).backend.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	closeBackends(t, s, "C", "D")
 	stripe := bytes.Repeat([]byte{0x77}, 32<<10) // a full stripe: every member is written
 	r := s.awaitReport("A", "array-failed", func() { _, _ = x.gate.WriteAt(stripe, 0) })
 	if r.Array != "x" || r.Epoch != 1 || r.Reason == "" {
@@ -111,11 +103,7 @@ func TestArrayFailedStopsServingAndComesBack(t *testing.T) {
 			t.Fatalf("members not back in sync within %s: %+v", scrubTakes, st.Members)
 		}
 	}
-	for _, name := range []string{"C", "D"} {
-		if err := s.node(name).backend.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	closeBackends(t, s, "C", "D")
 	s.awaitReport("A", "array-failed", func() { _, _ = x.gate.WriteAt(stripe, 0) })
 	a.retryFailed(t.Context())
 	if !x.arrayFailed() {
@@ -143,22 +131,14 @@ func TestArrayFailedStopsServingAndComesBack(t *testing.T) {
 func TestFailedFenceOfFailedArrayKeepsItForRetry(t *testing.T) {
 	s := newTestSite(t)
 	a := s.node("A")
-	s.do("A", "fence", cluster.Fence{Array: "x", Node: "A", NewEpoch: 1, Members: []string{"C1", "D1", "E1"}})
-	s.do("A", "assemble", cluster.Assemble{Array: "x", Node: "A", Epoch: 1})
-	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
-	s.wantReport("A", "assembled")
-	x := a.served("x")
+	x := serveXOnA(s)
 	kept := bytes.Repeat([]byte{0x5a}, 4096)
 	const keptAt = 1 << 20
 	if _, err := x.gate.WriteAtFUA(kept, keptAt); err != nil {
 		t.Fatal(err)
 	}
 
-	for _, name := range []string{"C", "D"} {
-		if err := s.node(name).backend.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	closeBackends(t, s, "C", "D")
 	stripe := bytes.Repeat([]byte{0x77}, 32<<10)
 	s.awaitReport("A", "array-failed", func() { _, _ = x.gate.WriteAt(stripe, 0) })
 
@@ -198,5 +178,26 @@ func TestFailedFenceOfFailedArrayKeepsItForRetry(t *testing.T) {
 	}
 	if st, err := a.frontend.ANAState(x.nqn, anaGroup); err != nil || st != nvme.ANAOptimized {
 		t.Errorf("re-assembled array: ANA %v (%v), want optimized", st, err)
+	}
+}
+
+// serveXOnA fences, assembles and serves array x (members C1, D1, E1) on
+// A at epoch 1.
+func serveXOnA(s *testSite) *served {
+	s.do("A", "fence", cluster.Fence{Array: "x", Node: "A", NewEpoch: 1, Members: []string{"C1", "D1", "E1"}})
+	s.do("A", "assemble", cluster.Assemble{Array: "x", Node: "A", Epoch: 1})
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
+	s.wantReport("A", "assembled")
+	return s.node("A").served("x")
+}
+
+// closeBackends closes the backend targets of the nodes named: their
+// drives go away for every other node.
+func closeBackends(t *testing.T, s *testSite, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if err := s.node(name).backend.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
