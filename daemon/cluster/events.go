@@ -191,11 +191,20 @@ type FailbackRequested struct{ Array string }
 // assigned again under a higher epoch. Members lists the recorded member
 // states (absent drives keep theirs). A record older than the machine's
 // epoch is ignored.
+//
+// Claimed says the owner of record claimed Epoch under the registration
+// alive now (the store's claim is newer than the owner's lease): its
+// takeover may still be under way — the coordinator that ordered it may
+// have been replaced mid-move. Such an array is not assigned again: the
+// machine resumes the takeover at Epoch (the owner's fence and assembly
+// at an epoch it already holds are idempotent), and only a takeover that
+// then reports nothing within the release timeout goes to a new epoch.
 type ArrayObserved struct {
 	Array   string
 	Owner   string
 	Epoch   uint64
 	Serving bool
+	Claimed bool
 	Members map[string]MemberState
 }
 

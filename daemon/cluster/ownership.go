@@ -146,13 +146,20 @@ func (m *Machine) startTakeover(a *array, to string, kind eventKind) {
 	if old != "" {
 		a.from = old
 	}
+	m.sendFence(a, old, oldEpoch)
+}
+
+// sendFence orders a's owner to fence the members it can reach under a's
+// epoch (a takeover's first step, or a restored machine's resumption of
+// one: see ArrayObserved.Claimed).
+func (m *Machine) sendFence(a *array, old string, oldEpoch uint64) {
 	var reach []string
 	for _, mb := range a.members {
 		if m.nodes[mb.node].state != NodeDown {
 			reach = append(reach, mb.drive)
 		}
 	}
-	m.emit(Fence{Array: a.name, Node: to, OldOwner: old, OldEpoch: oldEpoch, NewEpoch: a.epoch, Members: reach})
+	m.emit(Fence{Array: a.name, Node: a.owner, OldOwner: old, OldEpoch: oldEpoch, NewEpoch: a.epoch, Members: reach})
 }
 
 // startRelease begins a planned hand-off of a to node to: its owner

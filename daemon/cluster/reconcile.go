@@ -61,6 +61,11 @@ func (m *Machine) reconcileArray(a *array) {
 	case phaseIdle:
 		m.assign(a)
 	case phaseFencing, phaseAssembling:
+		if a.resume {
+			a.resume = false
+			m.sendFence(a, a.owner, a.epoch)
+			return
+		}
 		// The chosen node never answered (it may be cut off and not
 		// have learnt of the decision). A late answer carries a stale
 		// epoch and is ignored, so trying elsewhere is safe.

@@ -113,6 +113,11 @@ func (m *Machine) observed(e ArrayObserved) error {
 	switch {
 	case e.Owner != "" && e.Serving && known && n.state == NodeUp:
 		a.owner, a.phase = e.Owner, phaseActive
+	case e.Owner != "" && e.Claimed && known && n.state == NodeUp:
+		// A takeover the previous coordinator ordered may be under way:
+		// resume it at its epoch (reconcileArray sends the Fence again)
+		// rather than re-take the array under the next one.
+		a.owner, a.phase, a.from, a.kind, a.resume = e.Owner, phaseFencing, e.Owner, kindFailover, true
 	case e.Owner == "":
 		a.owner, a.phase, a.from, a.kind = "", phaseIdle, "", kindAssign
 	default:

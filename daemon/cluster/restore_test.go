@@ -82,3 +82,78 @@ func TestRestore(t *testing.T) {
 		t.Fatal("restore of an unknown array accepted")
 	}
 }
+
+// A coordinator replaced in the middle of a move (a thawed etcd leader's
+// revoke ends its term) restores an array whose new owner has claimed the
+// epoch but not reported serving yet. The machine resumes that takeover at
+// the claimed epoch — the owner fences and assembles again at an epoch it
+// holds, both idempotent — instead of assigning the array again under the
+// next epoch. Found by the freeze-etcd-voter campaign in CI: the frozen
+// coordinator's own array went epoch 1 -> 4 over one failover and one
+// failback. An owner whose claim predates its registration (it restarted
+// or fenced itself since) is re-taken under a new epoch, as before.
+func TestRestoreResumesClaimedTakeover(t *testing.T) {
+	restore := func(claimed bool) (*Machine, []string) {
+		m, err := New(Config{LeaseTicks: 10, SelfFenceTicks: 6}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := []Event{
+			NodeJoined{Node: "A", Drives: []string{"A1"}}, NodeJoined{Node: "B", Drives: []string{"B1"}},
+			NodeJoined{Node: "C", Drives: []string{"C1"}}, NodeJoined{Node: "D", Drives: []string{"D1"}},
+			ArrayDefined{Name: "c", Level: RAID5, Home: "C", Members: []MemberSpec{{Drive: "A1"}, {Drive: "B1"}, {Drive: "D1"}}},
+			// C claimed epoch 3 for its failback from A; no record says it serves yet.
+			ArrayObserved{Array: "c", Owner: "C", Epoch: 3, Serving: false, Claimed: claimed},
+		}
+		if err := m.Restore(evs); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range m.Ready() {
+			got = append(got, a.String())
+		}
+		return m, got
+	}
+	m, got := restore(true)
+	want := []string{"fence c by=C old=C epoch=3->3 members=A1,B1,D1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("actions after restoring a claimed takeover:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	steps := []Event{FenceDone{Array: "c", Node: "C", Epoch: 3}, ArrayAssembled{Array: "c", Node: "C", Epoch: 3}}
+	for _, ev := range steps {
+		if err := m.Step(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, _ := m.Array("c"); a.Owner != "C" || a.Epoch != 3 || a.State != StateOptimal {
+		t.Fatalf("after the resumed takeover: %+v, want served by C at epoch 3", a)
+	}
+	var ana bool
+	for _, a := range m.Ready() {
+		if s, ok := a.(SetANA); ok && s.Node == "C" && s.Epoch == 3 && s.State == ANAOptimized {
+			ana = true
+		}
+	}
+	if !ana {
+		t.Fatal("no optimized ANA state for C at epoch 3 after the resumed takeover")
+	}
+	// A resumed takeover that reports nothing is given up as any other.
+	m, _ = restore(true)
+	for range m.cfg.ReleaseTimeoutTicks + 1 {
+		for _, n := range []string{"A", "B", "C", "D"} {
+			if err := m.Step(Heartbeat{Node: n}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.Tick()
+	}
+	if a, _ := m.Array("c"); a.Epoch <= 3 {
+		t.Fatalf("a resumed takeover that never answered still holds the array at epoch %d", a.Epoch)
+	}
+	// Not claimed under the owner's live registration: taken again.
+	_, got = restore(false)
+	want = []string{"fence c by=C old=C epoch=3->4 members=A1,B1,D1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("actions after restoring an unclaimed record:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -72,6 +72,7 @@ type array struct {
 	failed    string // the array failed (ArrayFailed, or more members lost than parity): why
 	failedBy  string // the owner that reported it; "" when the machine saw it
 	waitBack  bool   // the engine failed with these members: wait for one to return
+	resume    bool   // restored mid-takeover: send the owner's Fence again at its epoch
 }
 
 // resetForAssemble puts members whose repair was interrupted back in the

@@ -269,11 +269,18 @@ func (n *Node) restoreEvents(ctx context.Context, alive map[string]store.NodeInf
 		}
 		ev := cluster.ArrayObserved{Array: a.Name, Owner: own.Owner, Epoch: own.Epoch, Members: map[string]cluster.MemberState{}}
 		var obs observedArray
+		info, up := alive[own.Owner]
 		if _, err := n.st.Get(ctx, store.Observed, "arrays", a.Name, &obs); err == nil {
-			info, up := alive[own.Owner]
 			ev.Serving = up && obs.Serving && obs.Owner == own.Owner && obs.Epoch == own.Epoch &&
 				n.recordCurrent(obs, info)
 		}
+		// Claimed under the registration alive now: a takeover that the
+		// previous coordinator ordered may still be under way (a thawed
+		// etcd leader's revoke can end a coordinator's term mid-move); the
+		// machine resumes it at this epoch instead of taking the array
+		// again under the next (campaign freeze-etcd-voter: epoch 1 -> 4).
+		ev.Claimed = up && info.Revision > 0 && own.Revision > info.Revision
+
 		for _, av := range last.Arrays {
 			if av.Name == a.Name {
 				for _, mv := range av.Members {

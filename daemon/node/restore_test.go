@@ -94,3 +94,54 @@ func TestRestoreTrustsServingRecordOfSameRegistration(t *testing.T) {
 		t.Fatalf("a record a minute old restored as serving")
 	}
 }
+
+// A restored machine learns whether the owner of record claimed its epoch
+// under the registration alive now (ArrayObserved.Claimed): then the
+// takeover the previous coordinator ordered may still be under way, and
+// the machine resumes it at that epoch. A claim older than the owner's
+// registration (it fenced itself or restarted since) is not resumed.
+func TestRestoreSaysClaimedUnderLiveRegistration(t *testing.T) {
+	cfg := restoreSite(t)
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	ms := memstore.New(clk, "/tier0/t/")
+	n := &Node{cfg: cfg, me: &cfg.Nodes[1], log: slog.New(slog.DiscardHandler), st: ms.View("B"), opts: Options{Clock: clk}}
+	ctx := t.Context()
+	register := func() {
+		t.Helper()
+		if _, err := ms.View("A").Register(ctx, store.NodeInfo{Node: "A", Started: clk.Now()}, time.Hour, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed := func() bool {
+		t.Helper()
+		alive, err := n.st.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := n.restoreEvents(ctx, alive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if o, ok := ev.(cluster.ArrayObserved); ok && o.Array == "x" {
+				if o.Serving {
+					t.Fatal("x restored as serving without a serving record")
+				}
+				return o.Claimed
+			}
+		}
+		t.Fatal("no ArrayObserved for x")
+		return false
+	}
+	register()
+	if _, err := ms.View("A").ClaimOwnership(ctx, "x", "A", 1); err != nil {
+		t.Fatal(err)
+	}
+	if !claimed() {
+		t.Fatal("A claimed x at epoch 1 under its live registration, restored as not claimed: the machine would take x again under epoch 2")
+	}
+	register() // A registers again (it fenced itself) after the claim
+	if claimed() {
+		t.Fatal("a claim older than A's registration restored as claimed")
+	}
+}

@@ -28,6 +28,10 @@ type NodeInfo struct {
 	// TTL is the lease's (set by Register): a watcher holds the deletion
 	// of this registration back NodeGoneGrace(TTL).
 	TTL time.Duration `json:"ttl,omitempty"`
+	// Revision is the store revision of this registration (its key's
+	// ModRevision when read; renewals do not change it): a claim of
+	// ownership with a higher revision was made under this registration.
+	Revision int64 `json:"-"`
 }
 
 // Liveness is a node's registration, kept alive by a background loop.
@@ -171,6 +175,7 @@ func (s *Store) Nodes(ctx context.Context) (map[string]NodeInfo, error) {
 		if err := json.Unmarshal(kv.Value, &ni); err != nil {
 			return nil, fmt.Errorf("node key %s: %w", kv.Key, err)
 		}
+		ni.Revision = kv.ModRevision
 		out[ni.Node] = ni
 	}
 	return out, nil
@@ -343,6 +348,7 @@ func (s *Store) SettledNodes(ctx context.Context) (map[string]NodeInfo, int64, e
 		if err := json.Unmarshal(kv.Value, &ni); err != nil {
 			return nil, 0, fmt.Errorf("node key %s: %w", kv.Key, err)
 		}
+		ni.Revision = kv.ModRevision
 		out[ni.Node] = ni
 	}
 	return out, resp.Header.Revision, nil

@@ -388,6 +388,7 @@ func (v *View) nodes(ctx context.Context) (map[string]store.NodeInfo, int64, err
 		if err := json.Unmarshal(kv.Value, &ni); err != nil {
 			return nil, 0, fmt.Errorf("node key %s: %w", kv.Key, err)
 		}
+		ni.Revision = kv.ModRevision
 		out[ni.Node] = ni
 	}
 	return out, rev, nil
