@@ -165,20 +165,27 @@ func (l *Liveness) Abandon() { l.k.stop() }
 
 // Nodes returns the registrations of every node whose lease is alive.
 func (s *Store) Nodes(ctx context.Context) (map[string]NodeInfo, error) {
+	out, _, err := s.listNodes(ctx)
+	return out, err
+}
+
+// listNodes reads every live registration (each with its key's
+// ModRevision) and the revision of the answer.
+func (s *Store) listNodes(ctx context.Context) (map[string]NodeInfo, int64, error) {
 	resp, err := s.cli.Get(ctx, s.key("nodes")+"/", clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("list live nodes: %w", err)
+		return nil, 0, fmt.Errorf("list live nodes: %w", err)
 	}
 	out := map[string]NodeInfo{}
 	for _, kv := range resp.Kvs {
 		var ni NodeInfo
 		if err := json.Unmarshal(kv.Value, &ni); err != nil {
-			return nil, fmt.Errorf("node key %s: %w", kv.Key, err)
+			return nil, 0, fmt.Errorf("node key %s: %w", kv.Key, err)
 		}
 		ni.Revision = kv.ModRevision
 		out[ni.Node] = ni
 	}
-	return out, nil
+	return out, resp.Header.Revision, nil
 }
 
 // NodeEvent is a change of a node's liveness.
@@ -338,18 +345,5 @@ func (s *Store) SettledNodes(ctx context.Context) (map[string]NodeInfo, int64, e
 		return nil, 0, ctx.Err()
 	case <-s.clk.After(grace):
 	}
-	resp, err := s.cli.Get(ctx, s.key("nodes")+"/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, 0, fmt.Errorf("list live nodes: %w", err)
-	}
-	out := map[string]NodeInfo{}
-	for _, kv := range resp.Kvs {
-		var ni NodeInfo
-		if err := json.Unmarshal(kv.Value, &ni); err != nil {
-			return nil, 0, fmt.Errorf("node key %s: %w", kv.Key, err)
-		}
-		ni.Revision = kv.ModRevision
-		out[ni.Node] = ni
-	}
-	return out, resp.Header.Revision, nil
+	return s.listNodes(ctx)
 }
