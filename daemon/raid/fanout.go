@@ -2,6 +2,7 @@ package raid
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -39,6 +40,7 @@ type opJob struct {
 	o      mop
 	ops    []mop
 	merged bool
+	sh     [][]byte // non-nil: ops are whole stripes for writeStripes
 	b      *fanBatch
 	i      int
 	t      *timedReq // a timed request's own goroutine (no batch)
@@ -50,9 +52,12 @@ func (j *opJob) do() {
 		return
 	}
 	var err error
-	if j.merged {
+	switch {
+	case j.sh != nil:
+		err = j.a.writeStripes(j.ops, j.sh)
+	case j.merged:
 		err = j.a.runMerged(j.ops)
-	} else {
+	default:
 		err = j.a.do(j.o)
 	}
 	j.b.errs[j.i] = err
@@ -108,7 +113,49 @@ func (a *Array) do(o mop) error {
 	d := int64(time.Since(t0))
 	l := o.m.lat.Load()
 	o.m.lat.Store(l + (d-l)/8)
+	o.m.noteUnit(d, len(o.buf))
 	return err
+}
+
+// noteUnit adds a request of n bytes that took d ns to m.unit, a floor
+// estimate of its time per mergeUnit bytes: it follows a faster request
+// at once and a slower one by at most 1/16 of itself per request (at
+// least 1 ns), so that the host's stalls (a thread preempted for
+// milliseconds in the middle of a memory member's copy) do not make a
+// memory member look like a drive, while a member that really slows down
+// is followed within some 50 requests.
+func (m *member) noteUnit(d int64, n int) {
+	if n > mergeUnit {
+		d = d * mergeUnit / int64(n)
+	}
+	d = max(d, 1)
+	u := m.unit.Load()
+	switch {
+	case u == 0 || d <= u:
+		u = d
+	default:
+		u += max((min(d, 2*u)-u)/16, 1)
+	}
+	m.unit.Store(u)
+}
+
+// mergeUnit and mergeFrom: runMerged merges a member's contiguous
+// requests only when the member takes mergeFrom or more per mergeUnit
+// bytes (or has not been measured yet). Merging saves a drive or a
+// fabric its fixed cost per request (tens of µs and more) at the price
+// of a copy through a bounce buffer; a member that moves 64 KiB within
+// 10 µs (memory, the page cache: over 6.5 GB/s) has no fixed cost worth
+// saving, and the copy would double its work (BenchmarkSeqRead and
+// BenchmarkSeqWrite with memory members, docs/PERFORMANCE.md).
+const (
+	mergeUnit = 64 << 10
+	mergeFrom = 10 * time.Microsecond
+)
+
+// merges reports whether runMerged merges m's requests.
+func merges(m *member) bool {
+	u := m.unit.Load()
+	return u == 0 || u >= int64(mergeFrom)
 }
 
 // inlineBelow: a batch whose members all answer faster than this on
@@ -119,19 +166,45 @@ func (a *Array) do(o mop) error {
 // drives and fabrics (tens of µs and more) keep the parallel fan-out.
 const inlineBelow = 10 * time.Microsecond
 
-// fast reports whether every request of ops goes to a member that
-// answers within inlineBelow on average, with at most inlineBytes in
-// all (a large batch of fast members still gains from parallel copies).
-func fast(ops []mop) bool {
+// inline reports whether a batch runs on the caller's goroutine: with no
+// IOTimeout (a timed request runs on a goroutine of its own), when the
+// serial knob is set, or when every member answers within inlineBelow on
+// average and either the batch holds at most inlineBytes or the array has
+// a request in flight per CPU already (a large batch of fast members
+// gains from parallel copies only while CPUs are idle; otherwise the
+// hand-offs are all that parallel requests add).
+func (a *Array) inline(ops []mop) bool {
+	if a.pol.IOTimeout != 0 || !a.serial() && !fastMembers(ops) {
+		return false
+	}
+	if a.serial() || a.busy() {
+		return true
+	}
 	var n int
 	for _, o := range ops {
 		n += len(o.buf)
-		if o.m.lat.Load() >= int64(inlineBelow) || n > inlineBytes {
+	}
+	return n <= inlineBytes
+}
+
+// fastMembers reports whether every request of ops goes to a member that
+// answers within inlineBelow on average.
+func fastMembers(ops []mop) bool {
+	for _, o := range ops {
+		if o.m.lat.Load() >= int64(inlineBelow) {
 			return false
 		}
 	}
 	return true
 }
+
+// busy reports whether the array has at least one foreground request in
+// flight per CPU.
+func (a *Array) busy() bool { return a.fgInflight.Load() >= int64(cpus) }
+
+// cpus is GOMAXPROCS when the process started (asking it each time takes
+// the scheduler's lock).
+var cpus = runtime.GOMAXPROCS(0)
 
 // serial reports the test-only knob that runs every batch inline
 // (replayKnobs).
@@ -198,7 +271,7 @@ func (a *Array) run(ops []mop) error {
 	case 1:
 		return a.do(ops[0])
 	}
-	if a.pol.IOTimeout == 0 && (a.serial() || fast(ops)) {
+	if a.inline(ops) {
 		return a.runInline(ops)
 	}
 	b := getBatch(len(ops))
@@ -226,7 +299,7 @@ func (a *Array) runGrouped(ops []mop) error {
 	if groups == 1 {
 		return a.runMerged(ops)
 	}
-	if a.pol.IOTimeout == 0 && (a.serial() || fast(ops)) {
+	if a.inline(ops) {
 		return a.runGroupsInline(ops)
 	}
 	b := getBatch(groups)
@@ -284,11 +357,13 @@ const maxMerge = 4 << 20
 // runMerged runs requests one after another, turning runs of one member's
 // requests that are contiguous on the member (consecutive stripes) into
 // one request through a bounce buffer: one large I/O costs a drive or a
-// fabric much less than many chunk-sized ones, and a copy is cheap.
+// fabric much less than many chunk-sized ones, and a copy is cheap next
+// to that (not next to a memory member's request: see merges).
 func (a *Array) runMerged(ops []mop) error {
 	for i := 0; i < len(ops); {
 		j, n := i+1, int64(len(ops[i].buf))
-		for j < len(ops) && ops[j].m == ops[i].m && ops[j].write == ops[i].write && ops[j].fua == ops[i].fua &&
+		merge := merges(ops[i].m)
+		for merge && j < len(ops) && ops[j].m == ops[i].m && ops[j].write == ops[i].write && ops[j].fua == ops[i].fua &&
 			ops[j].off == ops[i].off+n && n+int64(len(ops[j].buf)) <= maxMerge {
 			n += int64(len(ops[j].buf))
 			j++

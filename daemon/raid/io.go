@@ -329,7 +329,7 @@ func (a *Array) writeParity(p []byte, off int64, fua bool) error {
 			y++
 		}
 		if y-x >= 2 {
-			done, err := a.writeFullBatch(sps[x:y], fua)
+			done, err := a.writeFullBatch(rw, sps[x:y], fua)
 			if err != nil {
 				return err
 			}
@@ -366,83 +366,6 @@ func (a *Array) writeParity(p []byte, off int64, fua bool) error {
 		}
 	}
 	return nil
-}
-
-// fullBatch is the most whole stripes written as one batch.
-const fullBatch = 16
-
-// writeFullBatch writes consecutive whole stripes of a healthy array with
-// one request per member. It reports false (having written nothing) when
-// a stripe is not healthy or needs a log marker; the caller then writes
-// them one by one.
-func (a *Array) writeFullBatch(sps []span, fua bool) (bool, error) {
-	var idx []int
-	for _, sp := range sps {
-		idx = append(idx, int(uint64(sp.s)%stripeLocks))
-	}
-	slices.Sort(idx)
-	idx = slices.Compact(idx)
-	for _, i := range idx {
-		a.locks[i].Lock()
-	}
-	defer func() {
-		for _, i := range idx {
-			a.locks[i].Unlock()
-		}
-	}()
-	if err := a.usable(); err != nil {
-		return false, err
-	}
-	// Only an optimal array: a rebuilding member's writes must be logged
-	// (see logFragile), which the per-stripe path does.
-	if a.degraded() {
-		return false, nil
-	}
-	for _, sp := range sps {
-		if a.logOn && a.jl.needsMarker(sp.s) {
-			return false, nil
-		}
-	}
-	C := a.geo.ChunkSize
-	nd, np := a.geo.DataDisks, a.geo.ParityDisks
-	var sc scratch
-	defer sc.release()
-	var ops []mop
-	data := make([][]byte, nd)
-	parity := make([][]byte, np)
-	for _, sp := range sps {
-		for i := range data {
-			data[i] = sp.buf[int64(i)*C : int64(i+1)*C]
-			ops = append(ops, mop{m: a.member(a.dataRole(sp.s, i)), buf: data[i], off: a.moff(sp.s, 0), write: true, fua: fua})
-		}
-		for k := range parity {
-			parity[k] = sc.get(C)
-			ops = append(ops, mop{m: a.member(a.parityRole(sp.s, k)), buf: parity[k], off: a.moff(sp.s, 0), write: true, fua: fua})
-		}
-		a.coder.encode(data, parity)
-	}
-	// Member order within each member's list follows the stripes, so
-	// runGrouped merges them into one request per member.
-	err := a.runGrouped(ops)
-	for _, sp := range sps {
-		a.jl.wrote(sp.s, 0, int64(nd)*C, fua)
-	}
-	if err != nil {
-		for r := range a.members {
-			if m := a.member(r); m != nil && m.since != nil && uint8(m.state.Load()) == roleFailed {
-				for _, sp := range sps {
-					m.since.set(sp.s)
-				}
-			}
-		}
-	}
-	if errors.Is(err, errGone) {
-		err = a.flushMembers()
-	}
-	if err != nil && !errors.Is(err, errGone) {
-		return true, err
-	}
-	return true, a.usable()
 }
 
 func (a *Array) writeSpan(sp span, fua bool) error {

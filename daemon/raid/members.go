@@ -24,6 +24,10 @@ type member struct {
 	reason  string
 	// lat: moving average of this member's request time in ns (fanout.go).
 	lat atomic.Int64
+	// unit: its request time per mergeUnit bytes (a smaller request
+	// counts as mergeUnit), in ns, a floor estimate (noteUnit): whether
+	// merging its requests pays (runMerged).
+	unit atomic.Int64
 	// late: requests abandoned at a deadline that have not ended yet
 	// (memberio.go, hedge.go); a member with one is not read to rebuild
 	// another member's late chunk.
