@@ -67,7 +67,14 @@ func benchMembers(b *testing.B, kind string, n int) []blockdev.Device {
 	switch kind {
 	case "mem":
 		for i := range ds {
-			ds[i] = &ramDev{data: make([]byte, size)}
+			// Touched page by page, so that no request pays a page
+			// fault (a read of an untouched page maps the zero page,
+			// a write of it faults again), as local.Memory does.
+			r := &ramDev{data: make([]byte, size)}
+			for off := 0; off < len(r.data); off += 4096 {
+				r.data[off] = 1
+			}
+			ds[i] = r
 		}
 	case "file":
 		dir := os.Getenv("TIER0_BENCH_DIR")
