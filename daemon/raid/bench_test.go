@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -201,10 +202,31 @@ func benchArray(b *testing.B, ds []blockdev.Device, level Level) *Array {
 }
 
 // memberSpread does, per op, one request of size n split evenly over all
-// members in parallel at a per-op sequential offset (the "aggregate of
-// the members read directly" baseline).
+// members at a per-op sequential offset (the "aggregate of the members
+// read directly" baseline): in parallel, or, for memory members when the
+// benchQ workers already outnumber the CPUs, one after another on the
+// worker, which is then faster (a goroutine per member and op cost the
+// parallel way 10–14 % on 2 CPUs), as the engine does (inline).
 func memberSpread(ds []blockdev.Device, n int, write bool, bufs [][]byte) func(w, i int) error {
 	part := int64(n/len(ds)) / 4096 * 4096
+	if _, mem := ds[0].(*ramDev); mem && benchQ >= runtime.GOMAXPROCS(0) {
+		return func(w, i int) error {
+			off := (int64(i) * part) % (ds[0].Size() - part) / 4096 * 4096
+			for m, d := range ds {
+				p := bufs[w][int64(m)*part : int64(m+1)*part]
+				var err error
+				if write {
+					_, err = d.WriteAt(p, off)
+				} else {
+					_, err = d.ReadAt(p, off)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
 	return func(w, i int) error {
 		off := (int64(i) * part) % (ds[0].Size() - part) / 4096 * 4096
 		var wg sync.WaitGroup
