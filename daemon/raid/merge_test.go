@@ -12,19 +12,19 @@ import (
 // and requests smaller than 64 KiB count as 64 KiB.
 func TestNoteUnitIsAFloor(t *testing.T) {
 	var m member
-	m.noteUnit(3000, 64<<10)
+	m.noteUnit(3000, 64<<10, false)
 	if u := m.unit.Load(); u != 3000 {
 		t.Fatalf("first request of 3 µs per 64 KiB: unit %d ns, want 3000", u)
 	}
-	m.noteUnit(int64(5*time.Millisecond), 64<<10)
+	m.noteUnit(int64(5*time.Millisecond), 64<<10, false)
 	if u := m.unit.Load(); u > 3000+3000/16 {
 		t.Fatalf("one stalled request of 5 ms after 3 µs: unit %d ns, want at most %d (a stall is not the member's cost)", u, 3000+3000/16)
 	}
-	m.noteUnit(1000, 4096)
+	m.noteUnit(1000, 4096, false)
 	if u := m.unit.Load(); u != 1000 {
 		t.Fatalf("a 4 KiB request of 1 µs: unit %d ns, want 1000 (a small request counts as 64 KiB)", u)
 	}
-	m.noteUnit(8000, 512<<10)
+	m.noteUnit(8000, 512<<10, false)
 	if u := m.unit.Load(); u != 1000 {
 		t.Fatalf("a 512 KiB request of 8 µs (1 µs per 64 KiB): unit %d ns, want 1000", u)
 	}
@@ -33,12 +33,28 @@ func TestNoteUnitIsAFloor(t *testing.T) {
 		if n > 100 {
 			t.Fatalf("a member at 40 µs per 64 KiB still counts as memory after 100 requests (unit %d ns)", m.unit.Load())
 		}
-		m.noteUnit(40000, 64<<10)
+		m.noteUnit(40000, 64<<10, false)
+	}
+	// A drive whose merged 1 MiB requests take 9 µs per 64 KiB and its
+	// single 64 KiB ones 40 µs mostly stays merged: merged requests lower
+	// the floor only slowly, and a single request now and then raises it.
+	var f member
+	single := 0
+	for i := 0; i < 200; i++ {
+		if merges(&f) {
+			f.noteUnit(9000*16, 1<<20, true)
+		} else {
+			f.noteUnit(40000, 64<<10, false)
+			single++
+		}
+	}
+	if single > 200/8 {
+		t.Fatalf("a drive at 9 µs per 64 KiB merged and 40 µs single: %d of 200 requests unmerged, want at most 25", single)
 	}
 	var z member
 	z.unit.Store(1)
 	for i := 0; i < 20; i++ {
-		z.noteUnit(40000, 64<<10)
+		z.noteUnit(40000, 64<<10, false)
 	}
 	if u := z.unit.Load(); u <= 1 {
 		t.Fatalf("from a unit of 1 ns, 20 requests of 40 µs left it at %d ns: it must grow", u)
