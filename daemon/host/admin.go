@@ -6,6 +6,7 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
+	"tier0/daemon/transport"
 )
 
 // AEN is an asynchronous event reported by the controller.
@@ -16,14 +17,11 @@ type AEN struct {
 }
 
 // fabricsConnect sends Connect on q and returns the controller ID.
-func (c *Controller) fabricsConnect(q *queue, qid, sqsize uint16, kato uint32, cntlid uint16) (uint16, error) {
+func (c *Controller) fabricsConnect(q transport.Queue, qid, sqsize uint16, kato uint32, cntlid uint16) (uint16, error) {
 	d := nvme.ConnectData{HostID: c.opts.HostID, CntlID: cntlid, SubNQN: c.opts.SubNQN, HostNQN: c.opts.HostNQN}
 	data := d.Append(make([]byte, 0, nvme.ConnectDataLen))
 	sqe := nvme.ConnectCmd{QID: qid, SQSize: sqsize, KATO: kato}.SQE(0)
-	inl := q.inlineMax
-	q.inlineMax = nvme.ConnectDataLen
-	cqe, err := q.submit(&cmd{sqe: sqe, wdata: data})
-	q.inlineMax = inl
+	cqe, err := submit(q, transport.Command{SQE: sqe, Write: data, InCapsule: true})
 	if err != nil {
 		return 0, fmt.Errorf("connect queue %d to %s: %w", qid, c.addr, err)
 	}
@@ -39,8 +37,8 @@ func (c *Controller) fabricsConnect(q *queue, qid, sqsize uint16, kato uint32, c
 	return uint16(cqe.DW0()), nil
 }
 
-func (c *Controller) propGet(q *queue, off uint32, size8 bool) (uint64, error) {
-	cqe, err := q.submit(&cmd{sqe: nvme.PropertyCmd{Offset: off, Size8: size8}.SQE(0, false)})
+func (c *Controller) propGet(q transport.Queue, off uint32, size8 bool) (uint64, error) {
+	cqe, err := submit(q, transport.Command{SQE: nvme.PropertyCmd{Offset: off, Size8: size8}.SQE(0, false)})
 	if err != nil {
 		return 0, err
 	}
@@ -53,8 +51,8 @@ func (c *Controller) propGet(q *queue, off uint32, size8 bool) (uint64, error) {
 	return uint64(cqe.DW0()), nil
 }
 
-func (c *Controller) propSet(q *queue, off uint32, v uint64) error {
-	cqe, err := q.submit(&cmd{sqe: nvme.PropertyCmd{Offset: off, Value: v}.SQE(0, true)})
+func (c *Controller) propSet(q transport.Queue, off uint32, v uint64) error {
+	cqe, err := submit(q, transport.Command{SQE: nvme.PropertyCmd{Offset: off, Value: v}.SQE(0, true)})
 	if err != nil {
 		return err
 	}
@@ -64,11 +62,11 @@ func (c *Controller) propSet(q *queue, off uint32, v uint64) error {
 	return nil
 }
 
-func (c *Controller) adminRaw(q *queue, sqe nvme.SQE, w, r []byte) (nvme.CQE, error) {
-	return q.submit(&cmd{sqe: sqe, wdata: w, rdata: r})
+func (c *Controller) adminRaw(q transport.Queue, sqe nvme.SQE, w, r []byte) (nvme.CQE, error) {
+	return submit(q, transport.Command{SQE: sqe, Write: w, Read: r})
 }
 
-func (c *Controller) adminCmd(q *queue, op string, sqe nvme.SQE, w, r []byte) error {
+func (c *Controller) adminCmd(q transport.Queue, op string, sqe nvme.SQE, w, r []byte) error {
 	cqe, err := c.adminRaw(q, sqe, w, r)
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", op, c.addr, err)
@@ -82,11 +80,14 @@ func (c *Controller) adminCmd(q *queue, op string, sqe nvme.SQE, w, r []byte) er
 // Admin runs an admin command on the current association (waiting for a
 // reconnect as I/O does). w is sent to the controller, r receives data.
 func (c *Controller) Admin(ctx context.Context, sqe nvme.SQE, w, r []byte) (nvme.CQE, error) {
+	if len(w) > adminMaxData || len(r) > adminMaxData {
+		return nvme.CQE{}, fmt.Errorf("admin command %#x on %s: %d bytes to send and %d to receive, at most %d each: split the transfer (a log page by its offset)", sqe.Opcode, c.addr, len(w), len(r), adminMaxData)
+	}
 	a, err := c.current(ctx)
 	if err != nil {
 		return nvme.CQE{}, err
 	}
-	cqe, err := a.admin.submit(&cmd{sqe: sqe, wdata: w, rdata: r})
+	cqe, err := submit(a.admin, transport.Command{SQE: sqe, Write: w, Read: r})
 	if err != nil {
 		return cqe, fmt.Errorf("admin command %#x on %s: %w: %w", sqe.Opcode, c.addr, err, blockdev.ErrIO)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"tier0/daemon/nvme"
+	"tier0/daemon/transport"
 )
 
 // ErrAuth: DH-HMAC-CHAP authentication of a queue failed (wrong secret on
@@ -52,7 +53,7 @@ func parseHostKeys(o *Options) (hostKeys, error) {
 // name the controller, queue, subsystem and host.
 type authExchange struct {
 	c   *Controller
-	q   *queue
+	q   transport.Queue
 	qid uint16
 	o   *Options
 	tid uint16
@@ -63,7 +64,7 @@ func (x *authExchange) fail(format string, args ...any) error {
 }
 
 func (x *authExchange) send(msg []byte) error {
-	cqe, err := x.q.submit(&cmd{sqe: nvme.DHCHAPAuthCmd(true, len(msg)).SQE(0), wdata: msg})
+	cqe, err := submit(x.q, transport.Command{SQE: nvme.DHCHAPAuthCmd(true, len(msg)).SQE(0), Write: msg})
 	if err != nil {
 		return fmt.Errorf("authentication send on queue %d of %s: %w", x.qid, x.c.addr, err)
 	}
@@ -78,7 +79,7 @@ func (x *authExchange) send(msg []byte) error {
 // with its explanation.
 func (x *authExchange) recv(want uint8) ([]byte, error) {
 	buf := make([]byte, authRecvLen)
-	cqe, err := x.q.submit(&cmd{sqe: nvme.DHCHAPAuthCmd(false, len(buf)).SQE(0), rdata: buf})
+	cqe, err := submit(x.q, transport.Command{SQE: nvme.DHCHAPAuthCmd(false, len(buf)).SQE(0), Read: buf})
 	if err != nil {
 		return nil, fmt.Errorf("authentication receive on queue %d of %s: %w", x.qid, x.c.addr, err)
 	}
@@ -111,7 +112,7 @@ func (x *authExchange) failure2(code uint8) {
 
 // authenticate runs DH-HMAC-CHAP on queue q right after a Connect whose
 // response asked for it (ATR).
-func (c *Controller) authenticate(q *queue, qid uint16) error {
+func (c *Controller) authenticate(q transport.Queue, qid uint16) error {
 	o := &c.opts
 	keys, err := parseHostKeys(o)
 	if err != nil {

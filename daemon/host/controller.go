@@ -11,14 +11,15 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
+	"tier0/daemon/transport"
 )
 
 // assoc is one association with the controller: the admin queue and the
 // I/O queues of one successful connect. A lost connection on any queue
 // ends the association; the controller then builds a new one.
 type assoc struct {
-	admin  *queue
-	io     []*queue
+	admin  transport.Queue
+	io     []transport.Queue
 	cntlid uint16
 	id     nvme.IdentifyController
 	dead   chan struct{}
@@ -41,17 +42,19 @@ func (a *assoc) fail(err error) {
 		a.err = err
 		a.lostAt = a.now()
 		close(a.dead)
-		a.admin.fail(err)
+		a.admin.Fail(err)
 		for _, q := range a.io {
-			q.fail(err)
+			q.Fail(err)
 		}
 	})
 }
 
-// Controller is a connection to one NVMe/TCP controller.
+// Controller is a connection to one NVMe-oF controller, over NVMe/TCP or
+// the transport of Options.Transport.
 type Controller struct {
 	addr string
 	opts Options
+	tr   transport.Transport // Options.Transport, or NVMe/TCP
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -98,6 +101,10 @@ func Dial(ctx context.Context, addr string, opts Options) (*Controller, error) {
 	}
 	c := &Controller{addr: addr, opts: opts, log: opts.Logger.With("ctrl", addr, "subnqn", opts.SubNQN),
 		ready: make(chan struct{}), closeCh: make(chan struct{}), ana: map[uint32]ANAState{}}
+	c.tr = opts.Transport
+	if c.tr == nil {
+		c.tr = tcpTransport{o: &c.opts}
+	}
 	a, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -148,10 +155,28 @@ func (c *Controller) Connected() bool {
 // Reconnects counts associations rebuilt after a lost connection.
 func (c *Controller) Reconnects() int64 { return c.stats.reconnects.Load() }
 
+// adminDepth is the admin queue's depth (NVME_AQ_DEPTH: the most a Linux
+// target takes), adminMaxData the most data of one admin command.
+const (
+	adminDepth   = 32
+	adminMaxData = 64 << 10
+)
+
+// dialQueue connects one queue of an association over the transport.
+func (c *Controller) dialQueue(ctx context.Context, p transport.Params) (transport.Queue, error) {
+	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer cancel()
+	q, err := c.tr.DialQueue(dctx, c.addr, p)
+	if err != nil {
+		return nil, fmt.Errorf("%s queue %d to %s: %w", c.tr.Name(), p.QID, c.addr, err)
+	}
+	return q, nil
+}
+
 // connect builds a whole association.
 func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 	o := &c.opts
-	admin, err := dialQueue(ctx, o, c.addr, 0, 32)
+	admin, err := c.dialQueue(ctx, transport.Params{QID: 0, SQSize: adminDepth - 1, Depth: adminDepth, MaxData: adminMaxData, InlineMax: 8192 - nvme.SQELen})
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +189,7 @@ func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 	if o.KATO > 0 {
 		kato = uint32(o.KATO / time.Millisecond)
 	}
-	cntlid, err := c.fabricsConnect(admin, 0, 31, kato, nvme.CntlIDDynamic)
+	cntlid, err := c.fabricsConnect(admin, 0, adminDepth-1, kato, nvme.CntlIDDynamic)
 	if err != nil {
 		return fail(err)
 	}
@@ -229,13 +254,14 @@ func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 		if a.id.IOCCSZ > 4 {
 			inline = int(a.id.IOCCSZ)*16 - nvme.SQELen
 		}
+		p := transport.Params{SQSize: uint16(depth), Depth: depth, MaxData: c.maxIO(a.id.MDTS), InlineMax: inline}
 		for i := 1; i <= nq; i++ {
-			q, err := dialQueue(ctx, o, c.addr, uint16(i), depth)
+			p.QID = uint16(i)
+			q, err := c.dialQueue(ctx, p)
 			if err != nil {
 				return fail(err)
 			}
 			a.io = append(a.io, q)
-			q.inlineMax = inline
 			if _, err := c.fabricsConnect(q, uint16(i), uint16(depth), 0, cntlid); err != nil {
 				return fail(err)
 			}
@@ -245,7 +271,11 @@ func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 		// enable ANA change notices; errors are not fatal (older targets)
 		c.adminRaw(admin, nvme.SQE{Opcode: nvme.AdminSetFeatures, CDW10: uint32(nvme.FeatAsyncEventCfg), CDW11: nvme.OAESANAChange}, nil, nil)
 	}
-	c.log.Info("connected", "cntlid", cntlid, "ioqueues", len(a.io), "digest", admin.digest, "maxh2cdata", admin.maxH2C)
+	if tq, ok := admin.(*queue); ok {
+		c.log.Info("connected", "transport", c.tr.Name(), "cntlid", cntlid, "ioqueues", len(a.io), "digest", tq.digest, "maxh2cdata", tq.maxH2C)
+	} else {
+		c.log.Info("connected", "transport", c.tr.Name(), "cntlid", cntlid, "ioqueues", len(a.io))
+	}
 	return a, nil
 }
 
@@ -256,11 +286,11 @@ func (c *Controller) install(a *assoc) {
 	c.inc.Store(a.id.Incarnation)
 	close(c.ready)
 	c.mu.Unlock()
-	watch := func(q *queue) {
+	watch := func(q transport.Queue) {
 		defer c.wg.Done()
 		select {
-		case <-q.dead:
-			a.fail(q.deadErr)
+		case <-q.Done():
+			a.fail(q.Err())
 		case <-a.dead:
 		}
 	}
@@ -290,7 +320,7 @@ func (c *Controller) aenLoop(a *assoc) {
 		return
 	}
 	for {
-		cqe, err := a.admin.submit(&cmd{sqe: nvme.SQE{Opcode: nvme.AdminAsyncEvent}, noTimeout: true})
+		cqe, err := submit(a.admin, transport.Command{SQE: nvme.SQE{Opcode: nvme.AdminAsyncEvent}, NoTimeout: true})
 		if err != nil {
 			return
 		}
@@ -360,7 +390,7 @@ func (c *Controller) now() (*assoc, error) {
 }
 
 // ioQueue picks an I/O queue of a round robin.
-func (a *assoc) ioQueue(c *Controller) (*queue, error) {
+func (a *assoc) ioQueue(c *Controller) (transport.Queue, error) {
 	if len(a.io) == 0 {
 		return nil, fmt.Errorf("controller %s has no I/O queues: %w", c.addr, blockdev.ErrIO)
 	}
@@ -406,11 +436,11 @@ func (c *Controller) io(op string, sqe nvme.SQE, w, r []byte, flags int) (nvme.C
 		if err != nil {
 			return nvme.CQE{}, err
 		}
-		cid, err := q.start(&cmd{sqe: sqe, wdata: w, rdata: r}, true)
+		cid, err := q.Start(transport.Command{SQE: sqe, Write: w, Read: r}, true)
 		sent := err == nil
 		var cqe nvme.CQE
 		if sent {
-			cqe, err = q.wait(cid)
+			cqe, err = q.Wait(cid)
 		}
 		if err == nil {
 			return cqe, nil

@@ -7,6 +7,7 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
+	"tier0/daemon/transport"
 )
 
 // supervise waits for the association to end, then reconnects with backoff
@@ -22,10 +23,10 @@ func (c *Controller) supervise(a *assoc) {
 			a.fail(errClosed)
 			return
 		case now := <-tick.C:
-			for _, q := range append([]*queue{a.admin}, a.io...) {
-				if d := q.oldest(now); d > c.opts.IOTimeout {
-					c.log.Warn("command timed out; resetting the association", "qid", q.qid, "waited", d)
-					a.fail(fmt.Errorf("a command on queue %d waited %v, past the %v I/O timeout: %w", q.qid, d.Round(time.Millisecond), c.opts.IOTimeout, blockdev.ErrTimeout))
+			for _, q := range append([]transport.Queue{a.admin}, a.io...) {
+				if d := q.Oldest(now); d > c.opts.IOTimeout {
+					c.log.Warn("command timed out; resetting the association", "qid", q.QID(), "waited", d)
+					a.fail(fmt.Errorf("a command on queue %d waited %v, past the %v I/O timeout: %w", q.QID(), d.Round(time.Millisecond), c.opts.IOTimeout, blockdev.ErrTimeout))
 				}
 			}
 			continue

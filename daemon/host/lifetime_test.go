@@ -194,9 +194,9 @@ func TestReadTimeoutLeavesBufferAlone(t *testing.T) {
 	// carried the read has exited
 	for _, q := range old.io {
 		select {
-		case <-q.readerDone:
+		case <-q.(*queue).readerDone:
 		default:
-			t.Fatalf("ReadAt returned while queue %d's reader was still running", q.qid)
+			t.Fatalf("ReadAt returned while queue %d's reader was still running", q.QID())
 		}
 	}
 	// the caller reuses its buffer at once

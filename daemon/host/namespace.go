@@ -7,6 +7,7 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
+	"tier0/daemon/transport"
 )
 
 // Namespace is one namespace of a controller, a blockdev.Device (and
@@ -35,11 +36,7 @@ func (c *Controller) Namespace(nsid uint32) (*Namespace, error) {
 	if bs == 0 || id.NSZE == 0 {
 		return nil, fmt.Errorf("namespace %d on %s is not active (size %d blocks, block size %d): check the NSID with `nvme list-ns` or tier0 fabric io --nsid", nsid, c.addr, id.NSZE, bs)
 	}
-	maxIO := 1 << 20
-	if m := c.Identify().MDTS; m != 0 && m < 20 {
-		maxIO = min(maxIO, 4096<<m)
-	}
-	maxIO = max(maxIO/bs*bs, bs)
+	maxIO := max(c.maxIO(c.Identify().MDTS)/bs*bs, bs)
 	if maxIO/bs > 65536 {
 		maxIO = 65536 * bs
 	}
@@ -48,6 +45,20 @@ func (c *Controller) Namespace(nsid uint32) (*Namespace, error) {
 		flags = ioFailFast | ioAbandon
 	}
 	return &Namespace{c: c, nsid: nsid, id: id, bs: bs, size: int64(id.NSZE) * int64(bs), maxIO: maxIO, flags: flags}, nil
+}
+
+// maxIO is the most data of one I/O command: 1 MiB, less when the
+// controller's MDTS or the transport (transport.Transport.MaxData) says
+// less.
+func (c *Controller) maxIO(mdts uint8) int {
+	n := 1 << 20
+	if mdts != 0 && mdts < 20 {
+		n = min(n, 4096<<mdts)
+	}
+	if t := c.tr.MaxData(); t > 0 {
+		n = min(n, t)
+	}
+	return n
 }
 
 // Incarnation is the boot incarnation of the target's node
@@ -159,7 +170,7 @@ func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
 	}
 	// a window of at most half the queue depth in flight: slots are freed
 	// only by wait, so starting more than the queue holds would deadlock
-	window := max(1, len(q.slots)/2)
+	window := max(1, q.Depth()/2)
 	var redo []piece
 	lost := false // a write piece was sent and its connection lost
 	started := 0
@@ -168,7 +179,7 @@ func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
 			pc := &pieces[started]
 			c := n.rwCmd(p[pc.lo:pc.hi], off+int64(pc.lo), write, fua)
 			last := started == len(pieces)-1 || started-waited == window-1
-			if cid, err := q.start(&c, last); err == nil {
+			if cid, err := q.Start(c, last); err == nil {
 				pc.cid, pc.started = cid, true
 			}
 			started++
@@ -178,7 +189,7 @@ func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
 			redo = append(redo, pc)
 			continue
 		}
-		cqe, err := q.wait(pc.cid)
+		cqe, err := q.Wait(pc.cid)
 		if err != nil {
 			redo = append(redo, pc)
 			lost = lost || write
@@ -189,11 +200,11 @@ func (n *Namespace) rwBatch(p []byte, off int64, write, fua bool) (int, error) {
 		}
 	}
 	if len(redo) > 0 {
-		a.fail(fmt.Errorf("queue %d failed during a batched request", q.qid))
+		a.fail(fmt.Errorf("queue %d failed during a batched request", q.QID()))
 		if lost {
 			// the lost pieces may still execute on the controller: no
 			// resubmission before the association is quiesced
-			err := fmt.Errorf("write of %d bytes at byte %d of namespace %d on %s: queue %d: %w: %w", len(p), off, n.nsid, n.c.addr, q.qid, errConnLost, blockdev.ErrIO)
+			err := fmt.Errorf("write of %d bytes at byte %d of namespace %d on %s: queue %d: %w: %w", len(p), off, n.nsid, n.c.addr, q.QID(), errConnLost, blockdev.ErrIO)
 			if n.flags&ioFailFast != 0 {
 				return 0, n.c.lostWrite(a, n.flags, err)
 			}
@@ -228,22 +239,22 @@ func opName(write bool) string {
 	return "read"
 }
 
-func (n *Namespace) rwCmd(p []byte, off int64, write, fua bool) cmd {
+func (n *Namespace) rwCmd(p []byte, off int64, write, fua bool) transport.Command {
 	sqe := nvme.SQE{Opcode: nvme.CmdRead, NSID: n.nsid}
 	sqe.SetRW(uint64(off/int64(n.bs)), uint32(len(p)/n.bs))
 	if !write {
-		return cmd{sqe: sqe, rdata: p}
+		return transport.Command{SQE: sqe, Read: p}
 	}
 	sqe.Opcode = nvme.CmdWrite
 	if fua {
 		sqe.CDW12 |= nvme.CmdWriteFUABit
 	}
-	return cmd{sqe: sqe, wdata: p}
+	return transport.Command{SQE: sqe, Write: p}
 }
 
 func (n *Namespace) rw1(p []byte, off int64, write, fua bool) error {
 	c := n.rwCmd(p, off, write, fua)
-	cqe, err := n.c.io(opName(write), c.sqe, c.wdata, c.rdata, n.flags)
+	cqe, err := n.c.io(opName(write), c.SQE, c.Write, c.Read, n.flags)
 	if err != nil {
 		return err
 	}

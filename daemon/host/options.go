@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tier0/daemon/clock"
+	"tier0/daemon/transport"
 )
 
 // Options configure a controller connection. Zero values take the defaults
@@ -66,6 +67,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Dialer opens TCP connections (default net.Dialer).
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Transport connects the queues of every association; nil is NVMe/TCP
+	// over Dialer (with HeaderDigest and DataDigest). NVMe/RDMA is
+	// rdma.Transport (daemon/rdma, built with the rdma tag). The Fabrics
+	// Connect, DH-HMAC-CHAP, keep-alive, events, the I/O timeout,
+	// reconnect and the incarnation check are the same over each.
+	Transport transport.Transport
 	// DHCHAPSecret is this host's DH-HMAC-CHAP secret (DHHC-1:..., see
 	// auth.go); used on every queue whose Connect response asks for
 	// authentication. DHCHAPCtrlSecret, when set, makes the controller

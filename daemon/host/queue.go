@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,12 +14,14 @@ import (
 	"time"
 
 	"tier0/daemon/nvme"
+	"tier0/daemon/transport"
 )
 
-// errConnLost is the transport-level failure of one queue's connection. The
-// commands in flight on it fail with it (wrapped with blockdev.ErrIO by the
-// callers) and the controller reconnects.
-var errConnLost = errors.New("nvme/tcp connection lost")
+// errConnLost is the transport-level failure of one queue's connection
+// (transport.ErrQueueLost, over either transport). The commands in flight
+// on it fail with it (wrapped with blockdev.ErrIO by the callers) and the
+// controller reconnects.
+var errConnLost = transport.ErrQueueLost
 
 // slot is the per-CID state of one command in flight. Slots are reused: a
 // CID is taken from queue.free, its slot filled, and the CID returned once
@@ -43,8 +44,8 @@ type slot struct {
 	h2c sync.WaitGroup
 }
 
-// queue is one NVMe/TCP connection: the admin queue (qid 0) or an I/O
-// queue. Many commands are in flight at once, tagged by CID; one reader
+// queue is one NVMe/TCP connection, the TCP transport's
+// transport.Queue: the admin queue (qid 0) or an I/O queue. Many commands are in flight at once, tagged by CID; one reader
 // goroutine per queue receives completions, data and R2Ts. Senders write
 // through a shared bufio.Writer; the first sender of a burst becomes the
 // flusher: it yields once, so that the goroutines woken by the same batch
@@ -85,6 +86,22 @@ type r2tReq struct {
 	wbuf []byte // the command's data, captured while it is in flight
 	r    nvme.R2T
 	s    *slot // its h2c count is released once the R2T is answered
+}
+
+// tcpTransport is the NVMe/TCP transport of Options (Dialer, digests,
+// DialTimeout), the default Options.Transport.
+type tcpTransport struct{ o *Options }
+
+func (t tcpTransport) Name() string { return "tcp" }
+func (t tcpTransport) MaxData() int { return 0 }
+
+func (t tcpTransport) DialQueue(ctx context.Context, addr string, p transport.Params) (transport.Queue, error) {
+	q, err := dialQueue(ctx, t.o, addr, p.QID, p.Depth)
+	if err != nil {
+		return nil, err
+	}
+	q.inlineMax = p.InlineMax
+	return q, nil
 }
 
 // dialQueue connects one queue: TCP connect, ICReq/ICResp exchange, start
@@ -166,7 +183,7 @@ func (q *queue) init(digest uint8, maxH2C uint32, depth int) {
 // reader and the H2C sender have stopped touching their buffers (see
 // readLoop), so that a caller never gets its buffer back while the queue
 // may still write into it.
-func (q *queue) fail(err error) {
+func (q *queue) Fail(err error) {
 	q.deadOnce.Do(func() {
 		q.deadErr = err
 		close(q.dead)
@@ -189,6 +206,23 @@ func (q *queue) failSlots() {
 	}
 }
 
+// Done is closed when the queue failed.
+func (q *queue) Done() <-chan struct{} { return q.dead }
+
+// Err is why the queue failed (nil while it works).
+func (q *queue) Err() error {
+	if !q.isDead() {
+		return nil
+	}
+	return q.deadErr
+}
+
+// QID is the queue's ID (0: admin).
+func (q *queue) QID() uint16 { return q.qid }
+
+// Depth is the number of commands in flight at most.
+func (q *queue) Depth() int { return len(q.slots) }
+
 func (q *queue) isDead() bool {
 	select {
 	case <-q.dead:
@@ -198,31 +232,23 @@ func (q *queue) isDead() bool {
 	}
 }
 
-// cmd is one command to submit.
-type cmd struct {
-	sqe   nvme.SQE
-	wdata []byte // host-to-controller data (in-capsule or R2T)
-	rdata []byte // controller-to-host data destination
-	// noTimeout exempts the command from the I/O timeout (the AER, which
-	// stays outstanding until an event).
-	noTimeout bool
-}
-
-// submit sends c and waits for its completion. It returns the CQE, or an
-// error wrapping errConnLost when the connection failed first. A non-zero
-// NVMe status is not an error here; callers interpret cqe.Status.
-func (q *queue) submit(c *cmd) (nvme.CQE, error) {
-	cid, err := q.start(c, true)
+// submit sends c on q and waits for its completion. It returns the CQE, or
+// an error wrapping errConnLost when the connection failed first. A
+// non-zero NVMe status is not an error here; callers interpret cqe.Status.
+func submit(q transport.Queue, c transport.Command) (nvme.CQE, error) {
+	cid, err := q.Start(c, true)
 	if err != nil {
 		return nvme.CQE{}, err
 	}
-	return q.wait(cid)
+	return q.Wait(cid)
 }
 
-// start sends c and returns its CID; wait collects the completion. With
-// flush false the command may stay in the write buffer until a later start
+// Start sends c and returns its CID; Wait collects the completion. With
+// flush false the command may stay in the write buffer until a later Start
 // with flush true (a caller issuing a batch flushes with the last one).
-func (q *queue) start(c *cmd, flush bool) (uint16, error) {
+// Write data of c.InCapsule commands (Fabrics Connect) and of at most
+// inlineMax bytes goes in the capsule, other data on R2T.
+func (q *queue) Start(c transport.Command, flush bool) (uint16, error) {
 	var cid uint16
 	select {
 	case cid = <-q.free:
@@ -239,25 +265,25 @@ func (q *queue) start(c *cmd, flush bool) (uint16, error) {
 		}
 	}
 	s := &q.slots[cid]
-	s.rbuf, s.wbuf, s.err, s.rcvd = c.rdata, c.wdata, nil, 0
-	sqe := c.sqe
+	s.rbuf, s.wbuf, s.err, s.rcvd = c.Read, c.Write, nil, 0
+	sqe := c.SQE
 	sqe.CID = cid
 	sqe.Flags |= nvme.SQEFlagSGLMeta
 	inline := 0
 	switch {
-	case len(c.wdata) > 0 && len(c.wdata) <= q.inlineMax:
-		inline = len(c.wdata)
+	case len(c.Write) > 0 && (len(c.Write) <= q.inlineMax || c.InCapsule):
+		inline = len(c.Write)
 		sqe.DPTR = nvme.SGL{Length: uint32(inline), Type: nvme.SGLTypeInCapsule}
-	case len(c.wdata) > 0:
-		sqe.DPTR = nvme.SGL{Length: uint32(len(c.wdata)), Type: nvme.SGLTypeTransport}
-	case len(c.rdata) > 0:
-		sqe.DPTR = nvme.SGL{Length: uint32(len(c.rdata)), Type: nvme.SGLTypeTransport}
+	case len(c.Write) > 0:
+		sqe.DPTR = nvme.SGL{Length: uint32(len(c.Write)), Type: nvme.SGLTypeTransport}
+	case len(c.Read) > 0:
+		sqe.DPTR = nvme.SGL{Length: uint32(len(c.Read)), Type: nvme.SGLTypeTransport}
 	default:
 		sqe.DPTR = nvme.SGL{Type: nvme.SGLTypeTransport}
 	}
 	hdr := nvme.AppendCapsuleCmd(s.hdr[:0], &sqe, inline, q.digest)
 	if inline > 0 && q.digest&nvme.DigestData != 0 {
-		binary.LittleEndian.PutUint32(s.dd[:], nvme.CRC32C(c.wdata))
+		binary.LittleEndian.PutUint32(s.dd[:], nvme.CRC32C(c.Write))
 	}
 
 	q.rmu.Lock()
@@ -267,7 +293,7 @@ func (q *queue) start(c *cmd, flush bool) (uint16, error) {
 		return 0, fmt.Errorf("queue %d: %w: %v", q.qid, errConnLost, q.deadErr)
 	}
 	s.active = true
-	if !c.noTimeout {
+	if !c.NoTimeout {
 		s.start.Store(time.Now().UnixNano())
 	}
 	q.rmu.Unlock()
@@ -275,7 +301,7 @@ func (q *queue) start(c *cmd, flush bool) (uint16, error) {
 	q.wmu.Lock()
 	_, err := q.bw.Write(hdr)
 	if err == nil && inline > 0 {
-		_, err = q.bw.Write(c.wdata)
+		_, err = q.bw.Write(c.Write)
 		if err == nil && q.digest&nvme.DigestData != 0 {
 			_, err = q.bw.Write(s.dd[:])
 		}
@@ -294,14 +320,14 @@ func (q *queue) start(c *cmd, flush bool) (uint16, error) {
 		q.wmu.Unlock()
 	}
 	if err != nil {
-		q.fail(fmt.Errorf("writing to the socket: %w", err))
+		q.Fail(fmt.Errorf("writing to the socket: %w", err))
 	}
 	return cid, nil
 }
 
-// wait waits for the completion of a command started with start and frees
+// Wait waits for the completion of a command started with Start and frees
 // its CID.
-func (q *queue) wait(cid uint16) (nvme.CQE, error) {
+func (q *queue) Wait(cid uint16) (nvme.CQE, error) {
 	s := &q.slots[cid]
 	<-s.done
 	s.h2c.Wait()
@@ -320,9 +346,9 @@ func (q *queue) wait(cid uint16) (nvme.CQE, error) {
 	return cqe, nil
 }
 
-// oldest returns how long the oldest command in flight has waited, or 0.
+// Oldest returns how long the oldest command in flight has waited, or 0.
 // Commands submitted with noTimeout (the AER) are not counted.
-func (q *queue) oldest(now time.Time) time.Duration {
+func (q *queue) Oldest(now time.Time) time.Duration {
 	var max time.Duration
 	for i := range q.slots {
 		st := q.slots[i].start.Load()
@@ -362,7 +388,7 @@ func (q *queue) activeSlot(cid uint16) (*slot, error) {
 // readLoop receives PDUs until the connection fails.
 func (q *queue) readLoop() {
 	err := q.read()
-	q.fail(err)
+	q.Fail(err)
 	<-q.h2cDone
 	q.failSlots()
 	close(q.readerDone)
@@ -504,7 +530,7 @@ func (q *queue) h2cLoop() {
 			}
 			req.s.h2c.Done()
 			if err != nil {
-				q.fail(fmt.Errorf("sending H2CData: %w", err))
+				q.Fail(fmt.Errorf("sending H2CData: %w", err))
 				return
 			}
 		case <-q.dead:

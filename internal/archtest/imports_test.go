@@ -35,8 +35,9 @@ var allowed = map[string][]string{
 	"daemon/blockdev/local":        {"daemon/blockdev"},
 	"daemon/blockdev/blockdevtest": {"daemon/blockdev"},
 	"daemon/target":                {"daemon/blockdev", "daemon/clock", "daemon/nvme", "daemon/rdma"},
-	"daemon/host":                  {"daemon/blockdev", "daemon/clock", "daemon/nvme"},
-	"daemon/rdma":                  {"daemon/blockdev", "daemon/nvme"},
+	"daemon/transport":             {"daemon/nvme"},
+	"daemon/host":                  {"daemon/blockdev", "daemon/clock", "daemon/nvme", "daemon/transport"},
+	"daemon/rdma":                  {"daemon/blockdev", "daemon/nvme", "daemon/transport"},
 	"daemon/raid":                  {"daemon/blockdev", "daemon/clock"},
 	// The control plane.
 	"daemon/store":       {"daemon/config", "daemon/cluster", "daemon/clock"},
