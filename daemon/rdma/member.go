@@ -12,14 +12,16 @@ import (
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/nvme"
+	"tier0/daemon/transport"
 )
 
 // ErrQueueLost is the failure of a queue's transport: a failed work
 // request, a disconnect (the target's port or controller went away), a
-// command not answered in time, a malformed response. The queue, and so
-// its controller, is unusable afterwards (this host does not reconnect:
-// its user opens a new association).
-var ErrQueueLost = errors.New("NVMe/RDMA queue lost")
+// command not answered in time, a malformed response. It wraps
+// transport.ErrQueueLost. The queue is unusable afterwards: the
+// Controller of Connect does not reconnect (its user opens a new
+// association), daemon/host's over Transport does.
+var ErrQueueLost = fmt.Errorf("NVMe/RDMA queue lost: %w", transport.ErrQueueLost)
 
 // StatusError is a command that completed with a non-zero NVMe status.
 // Like daemon/host's, it maps onto the blockdev sentinels: a reservation

@@ -1,0 +1,55 @@
+package rdma
+
+import (
+	"context"
+
+	"tier0/daemon/transport"
+)
+
+// Transport is NVMe/RDMA as a transport.Transport for daemon/host
+// (host.Options.Transport): each queue is its own queue pair, dialed with
+// rdma_cm and the NVMe/RDMA private data, and carries commands with keyed
+// SGLs to buffers registered once per queue. host.Controller then does the
+// Fabrics Connect, DH-HMAC-CHAP, keep-alive, events, the I/O timeout and
+// the reconnect over it, as over NVMe/TCP. In a build without the rdma tag
+// every dial fails with ErrNotBuilt (unless Dial is set).
+type Transport struct {
+	// MaxTransfer caps one command's data (default 1 MiB; the host's
+	// MDTS limit applies too). Each queue registers Depth data buffers of
+	// that size (the host's admin queue: 32 of 64 KiB), so the memory of
+	// an I/O queue is about QueueDepth x MaxTransfer.
+	MaxTransfer int
+	// Dial, when set, connects each queue instead of rdma_cm (tests: a
+	// MemPair to an in-process target).
+	Dial func(ctx context.Context, addr string, pd PrivateData, cfg Config) (QueueConn, error)
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// Name is "rdma".
+func (t *Transport) Name() string { return "rdma" }
+
+// MaxData is MaxTransfer (default 1 MiB).
+func (t *Transport) MaxData() int {
+	if t.MaxTransfer > 0 {
+		return t.MaxTransfer
+	}
+	return 1 << 20
+}
+
+// DialQueue connects one queue pair: HSQSIZE p.SQSize, p.SQSize+1 slots
+// (receive buffers, send buffers and data buffers of
+// min(p.MaxData, MaxData) bytes).
+func (t *Transport) DialQueue(ctx context.Context, addr string, p transport.Params) (transport.Queue, error) {
+	data := t.MaxData()
+	if p.MaxData > 0 {
+		data = min(data, p.MaxData)
+	}
+	// no per-command timeout of its own: the host's supervisor enforces
+	// its I/O timeout with Oldest
+	q, err := openQueue(ctx, t.Dial, addr, p.QID, int(p.SQSize)+1, data, 0)
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
