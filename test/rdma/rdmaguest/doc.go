@@ -8,6 +8,8 @@
 //	rdmaguest -mode loopback -addr A    (tier0's Listener/Accept, RDMA READ/WRITE)
 //	rdmaguest -mode portloss -addr A -nqn N -remove CMD -readd CMD
 //	                                    (the target's port removed under I/O, then re-added)
+//	rdmaguest -mode reconnect -addr A -nqn N -remove CMD -readd CMD
+//	                                    (daemon/host over rdma.Transport: keep-alive; reconnects by itself after the port returns)
 //	rdmaguest -mode targets -addr A,B -nqn N -ready FILE
 //	                                    (two tier0 NVMe/RDMA targets of one subsystem; SIGUSR1 swaps ANA)
 //	rdmaguest -mode cluster -site S -tier0d BIN -tier0 BIN

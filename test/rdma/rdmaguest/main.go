@@ -10,11 +10,11 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "host", "nodevice | host | loopback | portloss | targets | cluster")
+	mode := flag.String("mode", "host", "nodevice | host | loopback | portloss | reconnect | targets | cluster")
 	addr := flag.String("addr", "10.0.2.15:4420", "target IPv4 HOST:PORT")
 	nqn := flag.String("nqn", "", "subsystem NQN (modes host, portloss)")
-	remove := flag.String("remove", "", "shell command that removes the target's port (mode portloss)")
-	readd := flag.String("readd", "", "shell command that re-adds it (mode portloss)")
+	remove := flag.String("remove", "", "shell command that removes the target's port (modes portloss, reconnect)")
+	readd := flag.String("readd", "", "shell command that re-adds it (modes portloss, reconnect)")
 	ready := flag.String("ready", "/tmp/targets.ready", "file written once the targets listen (mode targets)")
 	site := flag.String("site", "/harness/guest3.yaml", "site file (mode cluster)")
 	tier0d := flag.String("tier0d", "/harness/tier0d", "tier0d built with -tags rdma (mode cluster)")
@@ -35,12 +35,14 @@ func main() {
 		err = loopback(*addr)
 	case "portloss":
 		err = portLoss(*addr, *nqn, *remove, *readd)
+	case "reconnect":
+		err = reconnect(*addr, *nqn, *remove, *readd)
 	case "targets":
 		err = targets(strings.Split(*addr, ","), *nqn, *ready)
 	case "cluster":
 		err = clusterFailover(*site, *tier0d, *tier0, *work)
 	default:
-		err = fmt.Errorf("unknown -mode %q (want nodevice, host, loopback, portloss, targets or cluster)", *mode)
+		err = fmt.Errorf("unknown -mode %q (want nodevice, host, loopback, portloss, reconnect, targets or cluster)", *mode)
 	}
 	if err != nil {
 		fmt.Println("FAIL", err)
