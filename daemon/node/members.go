@@ -11,6 +11,7 @@ import (
 	"tier0/daemon/config"
 	"tier0/daemon/host"
 	"tier0/daemon/nvme"
+	"tier0/daemon/transport"
 )
 
 // memberOptions are the timeouts and failure behaviour of a member
@@ -36,8 +37,9 @@ func memberOptions(p config.Policies) host.Options {
 	}
 }
 
-// dialMember imports one member drive over the backend fabric.
-func (n *Node) dialMember(ctx context.Context, arrayName, drive string) (*host.Controller, *host.Namespace, error) {
+// dialMember imports one member drive over the backend fabric: NVMe/TCP
+// with tr nil, else over tr (NVMe/RDMA: dialMemberRDMA).
+func (n *Node) dialMember(ctx context.Context, arrayName, drive string, tr transport.Transport) (*host.Controller, *host.Namespace, error) {
 	node, _, ok := n.cfg.Drive(drive)
 	if !ok {
 		return nil, nil, fmt.Errorf("drive %s is not in the site config", drive)
@@ -60,6 +62,7 @@ func (n *Node) dialMember(ctx context.Context, arrayName, drive string) (*host.C
 	o.HeaderDigest, o.DataDigest = f.HeaderDigest, f.DataDigest
 	o.DHCHAPSecret, o.DHCHAPCtrlSecret = secret, ctrlSecret
 	o.Logger = n.log.With("member", drive)
+	o.Transport = tr
 	c, err := host.Dial(dctx, node.AdvertiseAddr(node.Backend), o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("import member %s from node %s: %w", drive, node.Name, err)

@@ -76,7 +76,7 @@ func TestFenceNeverPreemptsEqualOrNewerKey(t *testing.T) {
 	s := newTestSite(t)
 	a, b := s.node("A"), s.node("B")
 	dial := func(n *Node) *host.Namespace {
-		c, ns, err := n.dialMember(t.Context(), "x", "C1")
+		c, ns, err := n.dialMember(t.Context(), "x", "C1", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

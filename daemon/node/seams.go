@@ -103,8 +103,8 @@ func (s *leaseSlot) Load() Lease {
 func (s *leaseSlot) Store(l Lease) { s.p.Store(&leaseBox{l}) }
 
 // Member is a member drive imported by the owner of an array: a block
-// device with NVMe reservations (*host.Namespace over the backend NVMe/TCP
-// fabric, *rdma.Namespace over NVMe/RDMA).
+// device with NVMe reservations (*host.Namespace over the backend fabric,
+// NVMe/TCP or NVMe/RDMA).
 // Writes of a host that is not the reservation holder fail with
 // blockdev.ErrFenced; a preempt-and-abort removes the preempted host's
 // registration and fails its commands in flight.
@@ -117,8 +117,8 @@ type Member interface {
 	Report() (nvme.ResvStatus, error)
 }
 
-// MemberConn is the connection a Member came over (*host.Controller or
-// *rdma.Controller);
+// MemberConn is the connection a Member came over (*host.Controller over
+// either transport, or the simulation's);
 // closing it drops the member.
 type MemberConn interface {
 	Close() error
@@ -142,7 +142,7 @@ func (n *Node) importMember(ctx context.Context, array, drive string) (MemberCon
 	if n.backendRDMA() {
 		return n.dialMemberRDMA(ctx, array, drive)
 	}
-	c, ns, err := n.dialMember(ctx, array, drive)
+	c, ns, err := n.dialMember(ctx, array, drive, nil)
 	if err != nil {
 		return nil, nil, err
 	}
