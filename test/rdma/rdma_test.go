@@ -115,6 +115,8 @@ echo "PASS tier0 fabric io --transport rdma: 8 MiB written and verified"
 /harness/rdmaguest -mode portloss -addr 10.0.2.15:4420 -nqn $NQN -remove "rm $C/ports/1/subsystems/$NQN" -readd "ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN" || fail "port loss"
 # daemon/host over NVMe/RDMA: keep-alive, then the port removed and re-added: it reconnects by itself
 /harness/rdmaguest -mode reconnect -addr 10.0.2.15:4420 -nqn $NQN -remove "rm $C/ports/1/subsystems/$NQN" -readd "ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN" || fail "host reconnect over RDMA"
+# DH-HMAC-CHAP over NVMe/RDMA: daemon/host against tier0's target (the guest kernel's nvmet has no auth)
+/harness/rdmaguest -mode auth -addr 10.0.2.15:4424 -nqn nqn.2026-12.io.tier0.test:rdma-auth || fail "DH-HMAC-CHAP over RDMA"
 # tier0's own listener and the target-side RDMA READ/WRITE
 /harness/rdmaguest -mode loopback -addr 10.0.2.15:4430 || fail "tier0 RDMA loopback"
 # tier0's NVMe/RDMA target, Linux's nvme-rdma host
@@ -196,7 +198,8 @@ echo "ALL PASS"
 // the target's port removed under I/O (a transport error, not a timeout)
 // and re-added (a new association reads the data back); daemon/host over
 // rdma.Transport kept up by its keep-alive, then reconnecting by itself
-// when the port returns; and the kernel's
+// when the port returns; DH-HMAC-CHAP over RDMA between daemon/host and
+// tier0's target; and the kernel's
 // nvme-rdma host against the same port.
 func TestRDMAGuest(t *testing.T) {
 	files := guestBinaries(t, map[string]string{"rdmaguest": "./test/rdma/rdmaguest", "tier0": "./cmd/tier0"})
@@ -205,7 +208,7 @@ func TestRDMAGuest(t *testing.T) {
 	if res.RC != 0 || !strings.Contains(res.Output, "ALL PASS") {
 		t.Fatalf("guest script exited %d; console tail:\n%s", res.RC, tailStr(res.Output, 6000))
 	}
-	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added", "PASS host keep-alive over RDMA", "PASS host reconnected by itself over RDMA",
+	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added", "PASS host keep-alive over RDMA", "PASS host reconnected by itself over RDMA", "PASS DH-HMAC-CHAP over RDMA: a wrong host secret", "PASS DH-HMAC-CHAP over RDMA: bidirectional", "PASS DH-HMAC-CHAP over RDMA: the host reconnected",
 		"PASS tier0 target: nvme discover", "PASS tier0 target: fio verify", "PASS tier0 targets: one multipath device", "PASS tier0 targets: fio verify during 4 ANA flips"} {
 		if !strings.Contains(res.Output, want) {
 			t.Errorf("guest output lacks %q", want)

@@ -10,6 +10,7 @@
 //	                                    (the target's port removed under I/O, then re-added)
 //	rdmaguest -mode reconnect -addr A -nqn N -remove CMD -readd CMD
 //	                                    (daemon/host over rdma.Transport: keep-alive; reconnects by itself after the port returns)
+//	rdmaguest -mode auth -addr A -nqn N (DH-HMAC-CHAP over RDMA: daemon/host vs tier0's target)
 //	rdmaguest -mode targets -addr A,B -nqn N -ready FILE
 //	                                    (two tier0 NVMe/RDMA targets of one subsystem; SIGUSR1 swaps ANA)
 //	rdmaguest -mode cluster -site S -tier0d BIN -tier0 BIN

@@ -10,7 +10,7 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "host", "nodevice | host | loopback | portloss | reconnect | targets | cluster")
+	mode := flag.String("mode", "host", "nodevice | host | loopback | portloss | reconnect | auth | targets | cluster")
 	addr := flag.String("addr", "10.0.2.15:4420", "target IPv4 HOST:PORT")
 	nqn := flag.String("nqn", "", "subsystem NQN (modes host, portloss)")
 	remove := flag.String("remove", "", "shell command that removes the target's port (modes portloss, reconnect)")
@@ -37,12 +37,14 @@ func main() {
 		err = portLoss(*addr, *nqn, *remove, *readd)
 	case "reconnect":
 		err = reconnect(*addr, *nqn, *remove, *readd)
+	case "auth":
+		err = authCheck(*addr, *nqn)
 	case "targets":
 		err = targets(strings.Split(*addr, ","), *nqn, *ready)
 	case "cluster":
 		err = clusterFailover(*site, *tier0d, *tier0, *work)
 	default:
-		err = fmt.Errorf("unknown -mode %q (want nodevice, host, loopback, portloss, reconnect, targets or cluster)", *mode)
+		err = fmt.Errorf("unknown -mode %q (want nodevice, host, loopback, portloss, reconnect, auth, targets or cluster)", *mode)
 	}
 	if err != nil {
 		fmt.Println("FAIL", err)
