@@ -411,9 +411,6 @@ func (c *Config) checkFabrics(k *checker) {
 			if f.f.HeaderDigest || f.f.DataDigest {
 				k.add(fk+".transport", "rdma with header_digest/data_digest set; digests are NVMe/TCP's (RDMA's link checks its packets itself): drop them or use transport tcp")
 			}
-			if f.name == "backend" && f.f.DHCHAPSecret != "" {
-				k.add(fk+".transport", "rdma with dhchap_secret set; tier0's NVMe/RDMA host (the nodes importing members) has no DH-HMAC-CHAP yet: drop the secret or use transport tcp on the backend")
-			}
 		default:
 			k.add(fk+".transport", "%q is not a transport; expected tcp or rdma", f.f.Transport)
 		}

@@ -20,7 +20,8 @@ echo "ALL PASS"
 
 // TestRDMAClusterFailover: a local cluster in the guest with transport
 // rdma on both fabrics (testdata/guest3.yaml: three tier0d on the guest's
-// soft-RoCE address, array B RAID-5 2+1 over A1, B1 and C1, owner B)
+// soft-RoCE address, array B RAID-5 2+1 over A1, B1 and C1, owner B, a
+// backend DH-HMAC-CHAP secret: every member import authenticates)
 // passes the kill-the-owner failover: the Linux nvme-rdma host's
 // multipath device (paths to all three frontends) runs fio verify while
 // B's tier0d is killed with SIGKILL; a survivor takes B over (degraded:
@@ -44,7 +45,7 @@ func TestRDMAClusterFailover(t *testing.T) {
 		t.Fatalf("guest script exited %d; console tail:\n%s", res.RC, tailStr(res.Output, 12000))
 	}
 	for _, want := range []string{"PASS cluster up", "PASS Linux nvme-rdma host: one multipath device", "PASS tier0 fabric io --transport rdma: 8 MiB pattern written",
-		"PASS takeover", "PASS fio verify through the kill", "PASS tier0 fabric io --transport rdma: the pattern written", "PASS guest kernel: I/O held"} {
+		"PASS members authenticated over RDMA", "PASS takeover", "PASS fio verify through the kill", "PASS tier0 fabric io --transport rdma: the pattern written", "PASS guest kernel: I/O held"} {
 		if !strings.Contains(res.Output, want) {
 			t.Errorf("guest output lacks %q", want)
 		}

@@ -55,6 +55,21 @@ func clusterFailover(site, tier0d, tier0, work string) error {
 	defer c.Stop()
 	fmt.Printf("PASS cluster up: %d tier0d, array %s active and optimal on %s, %v after the start\n",
 		len(c.Config().Nodes), array, victim, time.Since(t0).Round(time.Second))
+	if c.Config().Fabrics.Backend.DHCHAPSecret != "" {
+		// the backend targets require DH-HMAC-CHAP: every member import
+		// (daemon/host over rdma.Transport) authenticated to come up
+		n := 0
+		files, _ := filepath.Glob(filepath.Join(work, "logs", "*.log"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			n += strings.Count(string(b), "msg=\"host authenticated\"")
+		}
+		if n == 0 {
+			nodeLogs(work, 40)
+			return errors.New("fabrics.backend.dhchap_secret is set, but no backend target logged a host authenticated")
+		}
+		fmt.Printf("PASS members authenticated over RDMA: %d DH-HMAC-CHAP authentications in the nodes' logs\n", n)
+	}
 	if err := failover(ctx, c, array, victim, tier0); err != nil {
 		st, serr := c.Status(ctx)
 		fmt.Printf("cluster status: %+v (err %v)\n", st.Arrays, serr)
