@@ -27,8 +27,9 @@ func cpuNow(b *testing.B) time.Duration {
 // memory namespace, both sides counted), for the same I/O at queue depth
 // 16: NVMe/RDMA over rdma.MemPair (the target's and host's RDMA code,
 // capsules, keyed SGLs, completions; the memory pair copies the RDMA
-// READ/WRITE data with the CPU, which a NIC does without it) and NVMe/TCP
-// over loopback (the kernel's TCP stack included). Metrics: cpu-us/io and
+// READ/WRITE data with the CPU, which a NIC does without it), both with
+// rdma.Connect's host ("rdma") and daemon/host over rdma.Transport
+// ("rdma-host"), and NVMe/TCP over loopback (the kernel's TCP stack included). Metrics: cpu-us/io and
 // cpu-ms/GiB (user+system CPU of the process per I/O and per GiB moved).
 // No speed figure is meant: emulated RDMA is no speed reference; the CPU
 // per operation of tier0's own code is.
@@ -38,7 +39,7 @@ func BenchmarkTransportCPU(b *testing.B) {
 		write bool
 		size  int
 	}{{"read-4k", false, 4096}, {"write-4k", true, 4096}, {"read-1m", false, 1 << 20}, {"write-1m", true, 1 << 20}} {
-		for _, tr := range []string{"rdma", "tcp"} {
+		for _, tr := range []string{"rdma", "rdma-host", "tcp"} {
 			b.Run(tr+"/"+w.name, func(b *testing.B) {
 				dev := blockdev.NewMem(64<<20, 4096)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -48,6 +49,21 @@ func BenchmarkTransportCPU(b *testing.B) {
 				case "rdma":
 					_, acc := newRDMATarget(b, Config{}, dev)
 					c, err := rdma.Connect(ctx, "10.9.8.7:4420", rdma.Options{SubNQN: testSubNQN, HostNQN: testHostNQN, IOQueues: 1, QueueDepth: 32, Dial: acc.dial})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { c.Close() })
+					ns, err := c.Namespace(1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					rw = ns.ReadAt
+					if w.write {
+						rw = ns.WriteAt
+					}
+				case "rdma-host":
+					_, acc := newRDMATarget(b, Config{}, dev)
+					c, err := host.Dial(ctx, "10.9.8.7:4420", host.Options{SubNQN: testSubNQN, HostNQN: testHostNQN, IOQueues: 1, QueueDepth: 32, Transport: &rdma.Transport{Dial: acc.dial}})
 					if err != nil {
 						b.Fatal(err)
 					}
