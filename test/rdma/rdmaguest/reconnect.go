@@ -29,7 +29,7 @@ func reconnect(addr, nqn, remove, readd string) error {
 		Transport:   &rdma.Transport{MaxTransfer: 256 << 10},
 		DialTimeout: 20 * time.Second, IOTimeout: 60 * time.Second, CtrlLossTimeout: 3 * time.Minute,
 		Logger: slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))}
-	c, err := nvmeof.Dial(ctx, addr, o)
+	c, err := dialRetry(ctx, addr, o)
 	if err != nil {
 		return fmt.Errorf("host.Dial over rdma.Transport: %v", err)
 	}
@@ -85,6 +85,24 @@ func reconnect(addr, nqn, remove, readd string) error {
 	}
 	fmt.Printf("PASS host reconnected by itself over RDMA %v after the port was re-added (reconnects %d): data written before reads back, new writes verify\n", took.Round(time.Millisecond), c.Reconnects())
 	return nil
+}
+
+// dialRetry is host.Dial, tried again (twice at most, 2 s apart) when the
+// association cannot be set up: nvmet-rdma releases the previous
+// association's queues asynchronously, and under TCG a connect right after
+// it is refused ("nvmet_rdma: failed to connect queue 1") with the reject
+// lost on soft-RoCE ("no RDMA CM event"), as the guest script's t0io
+// retries for the CLI. Once connected, the host's own reconnect handles
+// such refusals by itself.
+func dialRetry(ctx context.Context, addr string, o nvmeof.Options) (*nvmeof.Controller, error) {
+	for try := 1; ; try++ {
+		c, err := nvmeof.Dial(ctx, addr, o)
+		if err == nil || try == 3 {
+			return c, err
+		}
+		fmt.Printf("RETRY host.Dial over rdma.Transport (try %d): %v; again in 2 s\n", try, err)
+		time.Sleep(2 * time.Second)
+	}
 }
 
 func readBack(ns *nvmeof.Namespace, want []byte, off int64) error {
