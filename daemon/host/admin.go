@@ -80,8 +80,9 @@ func (c *Controller) adminCmd(q transport.Queue, op string, sqe nvme.SQE, w, r [
 // Admin runs an admin command on the current association (waiting for a
 // reconnect as I/O does). w is sent to the controller, r receives data.
 func (c *Controller) Admin(ctx context.Context, sqe nvme.SQE, w, r []byte) (nvme.CQE, error) {
-	if len(w) > adminMaxData || len(r) > adminMaxData {
-		return nvme.CQE{}, fmt.Errorf("admin command %#x on %s: %d bytes to send and %d to receive, at most %d each: split the transfer (a log page by its offset)", sqe.Opcode, c.addr, len(w), len(r), adminMaxData)
+	if c.tr.MaxData() > 0 && (len(w) > adminMaxData || len(r) > adminMaxData) {
+		// an admin queue of such a transport has buffers of adminMaxData
+		return nvme.CQE{}, fmt.Errorf("admin command %#x on %s: %d bytes to send and %d to receive, at most %d each over %s: split the transfer (a log page by its offset)", sqe.Opcode, c.addr, len(w), len(r), adminMaxData, c.tr.Name())
 	}
 	a, err := c.current(ctx)
 	if err != nil {

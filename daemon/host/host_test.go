@@ -502,3 +502,16 @@ func TestBatchAcrossReconnect(t *testing.T) {
 		t.Fatal("range differs after a write that spanned a reconnect")
 	}
 }
+
+// TestAdminLargeTransferTCP: an admin command over NVMe/TCP may move more
+// than an RDMA queue's 64 KiB admin buffers (a discovery log of many
+// entries, a large log page): the host refuses large admin transfers only
+// on a transport with a data limit of its own.
+func TestAdminLargeTransferTCP(t *testing.T) {
+	f := newFakeTarget(t, testNQN, 1<<20)
+	c, _ := dialNS(t, f, testOpts())
+	buf := make([]byte, 128<<10)
+	if err := c.GetLogPage(context.Background(), nvme.LogANA, 0, 0, 0, buf); err != nil {
+		t.Fatalf("get log page of %d bytes over NVMe/TCP: %v", len(buf), err)
+	}
+}
