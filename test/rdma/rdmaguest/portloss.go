@@ -22,7 +22,7 @@ func portLoss(addr, nqn, remove, readd string) error {
 	// a long command timeout, so that a failure by timeout is not taken
 	// for the disconnect
 	o := rdma.Options{SubNQN: nqn, Timeout: 60 * time.Second}
-	c, err := rdma.Connect(ctx, addr, o)
+	c, err := connectRetry(ctx, addr, o)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func portLoss(addr, nqn, remove, readd string) error {
 	if out, err := exec.Command("sh", "-c", readd).CombinedOutput(); err != nil {
 		return fmt.Errorf("re-adding the port (%s): %v: %s", readd, err, out)
 	}
-	c2, err := rdma.Connect(ctx, addr, o)
+	c2, err := connectRetry(ctx, addr, o)
 	if err != nil {
 		return fmt.Errorf("connecting after the port was re-added: %v", err)
 	}
@@ -75,4 +75,21 @@ func portLoss(addr, nqn, remove, readd string) error {
 	}
 	fmt.Println("PASS port re-added: a new association reads back the data written before")
 	return nil
+}
+
+// connectRetry is rdma.Connect, tried again (twice at most, 2 s apart)
+// when the association cannot be set up: a connect right after the last
+// association closed meets nvmet-rdma's asynchronous release of its
+// queues under TCG ("nvmet_rdma: failed to connect queue 1", the reject
+// lost on soft-RoCE: "no RDMA CM event"), as t0io in the guest script and
+// dialRetry work around. I/O errors are never retried.
+func connectRetry(ctx context.Context, addr string, o rdma.Options) (*rdma.Controller, error) {
+	for try := 1; ; try++ {
+		c, err := rdma.Connect(ctx, addr, o)
+		if err == nil || try == 3 {
+			return c, err
+		}
+		fmt.Printf("RETRY rdma.Connect (try %d): %v; again in 2 s\n", try, err)
+		time.Sleep(2 * time.Second)
+	}
 }
