@@ -31,6 +31,10 @@ import (
 //	             member's sequential write MB/s (≥0.5), and the
 //	             foreground's retained fraction (≥0.7)
 //
+// SeqRead, SeqWrite (RAID-5) and RandWrite4K (with the log) run also as
+// ".../timed", with the daemon's member deadlines (benchPolicies), against
+// the same baseline and with the same goals.
+//
 // Members are in memory ("mem": engine overhead) or O_DIRECT files
 // ("file", package local) in TIER0_BENCH_DIR (default /var/tmp).
 // scripts/bench.d/raid.sh runs them.
@@ -193,7 +197,32 @@ const benchRounds = 3
 func mbps(bytes int64, d time.Duration) float64 { return float64(bytes) / d.Seconds() / 1e6 }
 
 func benchArray(b *testing.B, ds []blockdev.Device, level Level) *Array {
-	a, err := Create(ds, Config{Level: level, ChunkSize: benchChunk, AssumeClean: true, Policy: quietPolicy(nil)})
+	return benchArrayPol(b, ds, level, quietPolicy(nil))
+}
+
+// benchPolicies: each engine benchmark of SeqRead, SeqWrite and
+// RandWrite4K runs with no member deadline and, as "/timed", with the
+// daemon's (daemon/node raidPolicy with the daemon/config defaults:
+// member_io_timeout 5 s, member_slow_read 20 ms), under which every member
+// request runs as a timed request (memberio.go).
+var benchPolicies = []struct {
+	suffix string
+	pol    func() Policy
+}{
+	{"", func() Policy { return quietPolicy(nil) }},
+	{"/timed", daemonPolicy},
+}
+
+func daemonPolicy() Policy {
+	p := quietPolicy(nil)
+	p.Retries = 1
+	p.IOTimeout = 5 * time.Second
+	p.SlowRead = 20 * time.Millisecond
+	return p
+}
+
+func benchArrayPol(b *testing.B, ds []blockdev.Device, level Level, pol Policy) *Array {
+	a, err := Create(ds, Config{Level: level, ChunkSize: benchChunk, AssumeClean: true, Policy: pol})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -266,30 +295,32 @@ func kinds() []string { return []string{"mem", "file"} }
 
 func BenchmarkSeqRead(b *testing.B) {
 	for _, kind := range kinds() {
-		b.Run(kind+"/raid5-3+1", func(b *testing.B) {
-			ds := benchMembers(b, kind, 4)
-			a := benchArray(b, ds, RAID5)
-			const req = 1 << 20
-			ops := int(a.Size() / req)
-			bufs := workerBufs(req)
-			for it := 0; it < b.N; it++ {
-				base, eng, _, err := bestOf(benchRounds, func() (time.Duration, time.Duration, error) {
-					return drive(ops, memberSpread(ds, req, false, bufs))
-				}, func() (time.Duration, time.Duration, error) {
-					return drive(ops, func(w, i int) error {
-						_, err := a.ReadAt(bufs[w], int64(i)*req)
-						return err
+		for _, bp := range benchPolicies {
+			b.Run(kind+"/raid5-3+1"+bp.suffix, func(b *testing.B) {
+				ds := benchMembers(b, kind, 4)
+				a := benchArrayPol(b, ds, RAID5, bp.pol())
+				const req = 1 << 20
+				ops := int(a.Size() / req)
+				bufs := workerBufs(req)
+				for it := 0; it < b.N; it++ {
+					base, eng, _, err := bestOf(benchRounds, func() (time.Duration, time.Duration, error) {
+						return drive(ops, memberSpread(ds, req, false, bufs))
+					}, func() (time.Duration, time.Duration, error) {
+						return drive(ops, func(w, i int) error {
+							_, err := a.ReadAt(bufs[w], int64(i)*req)
+							return err
+						})
 					})
-				})
-				if err != nil {
-					b.Fatal(err)
+					if err != nil {
+						b.Fatal(err)
+					}
+					total := int64(ops) * req
+					b.ReportMetric(mbps(total, eng), "MB/s")
+					b.ReportMetric(mbps(total, base), "member-MB/s")
+					b.ReportMetric(base.Seconds()/eng.Seconds(), "ratio")
 				}
-				total := int64(ops) * req
-				b.ReportMetric(mbps(total, eng), "MB/s")
-				b.ReportMetric(mbps(total, base), "member-MB/s")
-				b.ReportMetric(base.Seconds()/eng.Seconds(), "ratio")
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -299,36 +330,41 @@ func BenchmarkSeqWrite(b *testing.B) {
 			level Level
 			n     int
 		}{{RAID5, 4}, {RAID6, 6}} {
-			b.Run(fmt.Sprintf("%s/%s-%d", kind, tc.level, tc.n), func(b *testing.B) {
-				ds := benchMembers(b, kind, tc.n)
-				a := benchArray(b, ds, tc.level)
-				g := a.Geometry()
-				req := int(g.StripeSize) * max(1, int((1<<20)/g.StripeSize)) // ~1 MiB of whole stripes
-				ops := int(a.Size()/int64(req)) * 3 / 4
-				// Baseline: the same number of bytes per member per op
-				// as the engine writes (data + parity).
-				perOp := req / g.DataDisks * g.Members
-				bufs := workerBufs(max(req, perOp))
-				for it := 0; it < b.N; it++ {
-					base, eng, _, err := bestOf(benchRounds, func() (time.Duration, time.Duration, error) {
-						return drive(ops, memberSpread(ds, perOp, true, bufs))
-					}, func() (time.Duration, time.Duration, error) {
-						return drive(ops, func(w, i int) error {
-							_, err := a.WriteAt(bufs[w][:req], int64(i)*int64(req))
-							return err
-						})
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-					data := int64(ops) * int64(req)
-					memberRate := mbps(int64(ops)*int64(perOp), base)
-					frac := float64(g.DataDisks) / float64(g.Members)
-					b.ReportMetric(mbps(data, eng), "MB/s")
-					b.ReportMetric(memberRate, "member-MB/s")
-					b.ReportMetric(mbps(data, eng)/(frac*memberRate), "ratio")
+			for _, bp := range benchPolicies {
+				if bp.suffix != "" && tc.level != RAID5 {
+					continue
 				}
-			})
+				b.Run(fmt.Sprintf("%s/%s-%d%s", kind, tc.level, tc.n, bp.suffix), func(b *testing.B) {
+					ds := benchMembers(b, kind, tc.n)
+					a := benchArrayPol(b, ds, tc.level, bp.pol())
+					g := a.Geometry()
+					req := int(g.StripeSize) * max(1, int((1<<20)/g.StripeSize)) // ~1 MiB of whole stripes
+					ops := int(a.Size()/int64(req)) * 3 / 4
+					// Baseline: the same number of bytes per member per op
+					// as the engine writes (data + parity).
+					perOp := req / g.DataDisks * g.Members
+					bufs := workerBufs(max(req, perOp))
+					for it := 0; it < b.N; it++ {
+						base, eng, _, err := bestOf(benchRounds, func() (time.Duration, time.Duration, error) {
+							return drive(ops, memberSpread(ds, perOp, true, bufs))
+						}, func() (time.Duration, time.Duration, error) {
+							return drive(ops, func(w, i int) error {
+								_, err := a.WriteAt(bufs[w][:req], int64(i)*int64(req))
+								return err
+							})
+						})
+						if err != nil {
+							b.Fatal(err)
+						}
+						data := int64(ops) * int64(req)
+						memberRate := mbps(int64(ops)*int64(perOp), base)
+						frac := float64(g.DataDisks) / float64(g.Members)
+						b.ReportMetric(mbps(data, eng), "MB/s")
+						b.ReportMetric(memberRate, "member-MB/s")
+						b.ReportMetric(mbps(data, eng)/(frac*memberRate), "ratio")
+					}
+				})
+			}
 		}
 	}
 }
@@ -341,59 +377,65 @@ func BenchmarkRandWrite4K(b *testing.B) {
 			ios   float64 // member I/Os per write under read-modify-write
 		}{{RAID5, 4, 4}, {RAID6, 6, 6}} {
 			for _, logOn := range []bool{true, false} {
-				name := fmt.Sprintf("%s/%s-%d", kind, tc.level, tc.n)
-				if !logOn {
-					name += "/nolog"
-				}
-				b.Run(name, func(b *testing.B) {
-					ds := benchMembers(b, kind, tc.n)
-					a, err := Create(ds, Config{Level: tc.level, ChunkSize: benchChunk, AssumeClean: true, DisableLog: !logOn, Policy: quietPolicy(nil)})
-					if err != nil {
-						b.Fatal(err)
+				for _, bp := range benchPolicies {
+					if bp.suffix != "" && !logOn {
+						continue
 					}
-					defer a.Abort()
-					ops := 20000
-					if kind == "file" {
-						ops = 8000
+					name := fmt.Sprintf("%s/%s-%d", kind, tc.level, tc.n)
+					if !logOn {
+						name += "/nolog"
 					}
-					bufs := workerBufs(4096)
-					for it := 0; it < b.N; it++ {
-						// Member IOPS: 4 KiB random, half reads half writes,
-						// spread over all members.
-						rng := make([]*rand.Rand, benchQ)
-						for w := range rng {
-							rng[w] = rand.New(rand.NewSource(int64(w)))
-						}
-						mops := ops * 2
-						base, eng, lat, err := bestOf(benchRounds, func() (time.Duration, time.Duration, error) {
-							return drive(mops, func(w, i int) error {
-								d := ds[i%len(ds)]
-								off := rng[w].Int63n(d.Size()/4096-1) * 4096
-								if i%2 == 0 {
-									_, err := d.ReadAt(bufs[w], off)
-									return err
-								}
-								_, err := d.WriteAt(bufs[w], off)
-								return err
-							})
-						}, func() (time.Duration, time.Duration, error) {
-							return drive(ops, func(w, i int) error {
-								off := rng[w].Int63n(a.Size()/4096) * 4096
-								_, err := a.WriteAt(bufs[w], off)
-								return err
-							})
-						})
+					name += bp.suffix
+					b.Run(name, func(b *testing.B) {
+						ds := benchMembers(b, kind, tc.n)
+						a, err := Create(ds, Config{Level: tc.level, ChunkSize: benchChunk, AssumeClean: true, DisableLog: !logOn, Policy: bp.pol()})
 						if err != nil {
 							b.Fatal(err)
 						}
-						memberIOPS := float64(mops) / base.Seconds()
-						iops := float64(ops) / eng.Seconds()
-						b.ReportMetric(iops, "IOPS")
-						b.ReportMetric(memberIOPS, "member-IOPS")
-						b.ReportMetric(float64(lat.Microseconds()), "lat-µs")
-						b.ReportMetric(iops/(memberIOPS/tc.ios), "ratio")
-					}
-				})
+						defer a.Abort()
+						ops := 20000
+						if kind == "file" {
+							ops = 8000
+						}
+						bufs := workerBufs(4096)
+						for it := 0; it < b.N; it++ {
+							// Member IOPS: 4 KiB random, half reads half writes,
+							// spread over all members.
+							rng := make([]*rand.Rand, benchQ)
+							for w := range rng {
+								rng[w] = rand.New(rand.NewSource(int64(w)))
+							}
+							mops := ops * 2
+							base, eng, lat, err := bestOf(benchRounds, func() (time.Duration, time.Duration, error) {
+								return drive(mops, func(w, i int) error {
+									d := ds[i%len(ds)]
+									off := rng[w].Int63n(d.Size()/4096-1) * 4096
+									if i%2 == 0 {
+										_, err := d.ReadAt(bufs[w], off)
+										return err
+									}
+									_, err := d.WriteAt(bufs[w], off)
+									return err
+								})
+							}, func() (time.Duration, time.Duration, error) {
+								return drive(ops, func(w, i int) error {
+									off := rng[w].Int63n(a.Size()/4096) * 4096
+									_, err := a.WriteAt(bufs[w], off)
+									return err
+								})
+							})
+							if err != nil {
+								b.Fatal(err)
+							}
+							memberIOPS := float64(mops) / base.Seconds()
+							iops := float64(ops) / eng.Seconds()
+							b.ReportMetric(iops, "IOPS")
+							b.ReportMetric(memberIOPS, "member-IOPS")
+							b.ReportMetric(float64(lat.Microseconds()), "lat-µs")
+							b.ReportMetric(iops/(memberIOPS/tc.ios), "ratio")
+						}
+					})
+				}
 			}
 		}
 	}

@@ -9,6 +9,9 @@
 #   Degraded   degraded / healthy: seq (>= 0.75), 4 KiB random (>= 0.80)
 #   Encode     parity encode / reedsolomon directly, per core   (>= 0.90)
 #   Rebuild    MB/s alone and under load, foreground retained fraction
+# SeqRead, SeqWrite (RAID-5) and RandWrite4K also run as ".../timed", with
+# the daemon's member deadlines (IOTimeout 5 s, SlowRead 20 ms), printed
+# after the same benchmark without them, with the same goals.
 #   TIER0_BENCH_DIR   directory of the O_DIRECT member files (/var/tmp)
 #   TIER0_BENCH_RAID  -bench pattern (default: all)
 set -euo pipefail
