@@ -25,6 +25,10 @@ type mop struct {
 	slow bool
 	// merged: runMerged's request for several (see noteUnit).
 	merged bool
+	// parts: a merged request with an IOTimeout is these requests' buffers
+	// in order, gathered into the timed request's own buffer (buf is nil;
+	// see callBuf).
+	parts []mop
 }
 
 // fanBatch collects the results of one batch.
@@ -103,11 +107,19 @@ func opWorker(j opJob) {
 func (a *Array) do(o mop) error {
 	t0 := time.Now()
 	var err error
+	n := len(o.buf)
 	switch {
+	case o.parts != nil:
+		n = partsLen(o.parts)
+		op := "read"
+		if o.write {
+			op = "write"
+		}
+		err = a.callBuf(o.m, op, nil, o.parts, o.off, o.write, o.fua, o.slow)
 	case o.write:
 		err = a.mwrite(o.m, o.buf, o.off, o.fua)
 	case o.slow:
-		err = a.callBuf(o.m, "read", o.buf, o.off, false, false, true)
+		err = a.callBuf(o.m, "read", o.buf, nil, o.off, false, false, true)
 	default:
 		err = a.mread(o.m, o.buf, o.off)
 	}
@@ -115,7 +127,7 @@ func (a *Array) do(o mop) error {
 	d := int64(time.Since(t0))
 	l := o.m.lat.Load()
 	o.m.lat.Store(l + (d-l)/8)
-	o.m.noteUnit(d, len(o.buf), o.merged)
+	o.m.noteUnit(d, n, o.merged)
 	return err
 }
 
@@ -379,6 +391,18 @@ func (a *Array) runMerged(ops []mop) error {
 		}
 		if j == i+1 {
 			if err := a.do(ops[i]); err != nil {
+				return err
+			}
+			i = j
+			continue
+		}
+		if a.pol.IOTimeout > 0 {
+			// The timed request has a buffer of its own already (the
+			// late-buffer rule, memberio.go): it gathers the writes into
+			// it and scatters a read from it, in place of the bounce
+			// buffer and its second copy.
+			o := ops[i]
+			if err := a.do(mop{m: o.m, off: o.off, write: o.write, fua: o.fua, slow: o.slow, merged: true, parts: ops[i:j]}); err != nil {
 				return err
 			}
 			i = j

@@ -53,7 +53,7 @@ func (a *Array) readHedged(o mop, sp span) error {
 	select {
 	case err := <-r.done:
 		r.timer.Stop()
-		if err = r.finish(o.buf, err); err != nil {
+		if err = r.finish(o.buf, nil, err); err != nil {
 			return a.do(o) // the error path with its retries and member failure
 		}
 		dl := int64(time.Since(t0))
@@ -65,7 +65,7 @@ func (a *Array) readHedged(o mop, sp span) error {
 			return a.waitLate(r, o, t0)
 		}
 		if !r.state.CompareAndSwap(reqRunning, reqAbandoned) {
-			if err := r.finish(o.buf, <-r.done); err != nil { // it ended just now
+			if err := r.finish(o.buf, nil, <-r.done); err != nil { // it ended just now
 				return a.do(o)
 			}
 			return nil
@@ -119,7 +119,7 @@ func (a *Array) waitLate(r *timedReq, o mop, t0 time.Time) error {
 			err = <-r.done // it ended just now
 		}
 	}
-	if err = r.finish(o.buf, err); err != nil {
+	if err = r.finish(o.buf, nil, err); err != nil {
 		return a.do(o)
 	}
 	dl := int64(time.Since(t0))

@@ -139,7 +139,15 @@ func memberIO(m *member, b []byte, off int64, write, fua bool) error {
 // With Policy.SlowWrite, a write (or, with slowRead, a read that a write
 // needs) also has a slow deadline (hedgewrite.go): abandoned there, its
 // member is made missing and callBuf returns errGone.
-func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua, slowRead bool) error {
+//
+// parts, when not nil, stands for p: the request is the concatenation of
+// their buffers (runMerged's merged request with an IOTimeout), which the
+// private buffer gathers (a write) or is scattered to (a read), as the
+// copy of p would be. It needs the timed path: IOTimeout > 0.
+func (a *Array) callBuf(m *member, op string, p []byte, parts []mop, off int64, write, fua, slowRead bool) error {
+	if parts != nil && a.pol.IOTimeout <= 0 {
+		panic("raid: a gathered member request without an IOTimeout")
+	}
 	var err error
 	for attempt := 0; ; attempt++ {
 		var slow time.Duration
@@ -151,7 +159,7 @@ func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua, s
 			break
 		}
 		if a.pol.IOTimeout > 0 || slow > 0 {
-			err = a.timed(m, op, p, off, write, fua, slow)
+			err = a.timed(m, op, p, parts, off, write, fua, slow)
 		} else {
 			err = memberIO(m, p, off, write, fua)
 		}
@@ -174,13 +182,24 @@ func (a *Array) callBuf(m *member, op string, p []byte, off int64, write, fua, s
 // after an abandoned one (the caller no longer touches it then). With
 // slow > 0 the request may be abandoned at that deadline too (claimSlow);
 // it then returns a *slowErr when that made its member missing.
-func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool, slow time.Duration) error {
+func (a *Array) timed(m *member, op string, p []byte, parts []mop, off int64, write, fua bool, slow time.Duration) error {
+	n := len(p)
+	if parts != nil {
+		n = partsLen(parts)
+	}
 	r := timedPool.Get().(*timedReq)
 	r.state.Store(reqRunning)
-	r.ref, r.m, r.off, r.write, r.fua = getBufRef(int64(len(p))), m, off, write, fua
+	r.ref, r.m, r.off, r.write, r.fua = getBufRef(int64(n)), m, off, write, fua
 	r.buf = *r.ref
 	if write {
-		copy(r.buf, p)
+		if parts == nil {
+			copy(r.buf, p)
+		} else {
+			pos := 0
+			for _, o := range parts {
+				pos += copy(r.buf[pos:], o.buf)
+			}
+		}
 	}
 	began := stalls.now()
 	sc := slowClock{d: slow, t0: time.Now(), mono: monoNow()}
@@ -198,7 +217,7 @@ func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool
 		select {
 		case err := <-r.done:
 			r.timer.Stop()
-			return r.finish(p, err)
+			return r.finish(p, parts, err)
 		case <-r.timer.C:
 			if sc.d > 0 {
 				switch v, next := a.slowDue(&sc, m, r, op, began); v {
@@ -208,7 +227,7 @@ func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool
 					return errAlreadyFailed(sc.why)
 				default:
 					if next < 0 {
-						return r.finish(p, <-r.done)
+						return r.finish(p, parts, <-r.done)
 					}
 					r.timer.Reset(next)
 					continue
@@ -224,7 +243,7 @@ func (a *Array) timed(m *member, op string, p []byte, off int64, write, fua bool
 				m.late.Add(1)
 				return fmt.Errorf("no completion after %v: %w", a.pol.IOTimeout, blockdev.ErrTimeout)
 			}
-			return r.finish(p, <-r.done) // it ended just now
+			return r.finish(p, parts, <-r.done) // it ended just now
 		}
 	}
 }
@@ -246,9 +265,18 @@ func (r *timedReq) run() {
 	r.recycle()
 }
 
-func (r *timedReq) finish(p []byte, err error) error {
+// finish ends a request that has returned: a read's data goes to p, or
+// to parts in order (see callBuf).
+func (r *timedReq) finish(p []byte, parts []mop, err error) error {
 	if err == nil && !r.write {
-		copy(p, r.buf)
+		if parts == nil {
+			copy(p, r.buf)
+		} else {
+			pos := 0
+			for _, o := range parts {
+				pos += copy(o.buf, r.buf[pos:])
+			}
+		}
 	}
 	putBufRef(r.ref)
 	r.recycle()
@@ -261,9 +289,18 @@ func (r *timedReq) recycle() {
 }
 
 func (a *Array) mread(m *member, p []byte, off int64) error {
-	return a.callBuf(m, "read", p, off, false, false, false)
+	return a.callBuf(m, "read", p, nil, off, false, false, false)
 }
 
 func (a *Array) mwrite(m *member, p []byte, off int64, fua bool) error {
-	return a.callBuf(m, "write", p, off, true, fua, false)
+	return a.callBuf(m, "write", p, nil, off, true, fua, false)
+}
+
+// partsLen is the bytes of the requests in ps.
+func partsLen(ps []mop) int {
+	n := 0
+	for _, o := range ps {
+		n += len(o.buf)
+	}
+	return n
 }

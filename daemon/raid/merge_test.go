@@ -74,12 +74,18 @@ func pinMemory(a *Array) {
 // buffer when it is memory: merging saves a drive's cost per request,
 // but for memory members it only added a copy through a bounce buffer of
 // every byte (BenchmarkSeqWrite at 0.43 of the members' bandwidth,
-// BenchmarkSeqRead at 0.70).
+// BenchmarkSeqRead at 0.70). The same with an IOTimeout ("timed"), where
+// a merged request gathers its chunks into the timed request's own
+// buffer and scatters a read from it (no bounce buffer).
 func TestMergeOnlyForDriveMembers(t *testing.T) {
-	for _, drive := range []bool{false, true} {
+	for _, tc := range []struct{ drive, timed bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		drive := tc.drive
 		name := "memory"
 		if drive {
 			name = "drive"
+		}
+		if tc.timed {
+			name += "/timed"
 		}
 		t.Run(name, func(t *testing.T) {
 			ms := newMems(4, 4<<20)
@@ -87,7 +93,11 @@ func TestMergeOnlyForDriveMembers(t *testing.T) {
 			for i := range cs {
 				cs[i] = &countingDev{Device: ms[i], drive: drive}
 			}
-			a := mustCreate(t, devs(cs), testCfg(RAID5, nil))
+			cfg := testCfg(RAID5, nil)
+			if tc.timed {
+				cfg.Policy.IOTimeout = 5 * time.Second
+			}
+			a := mustCreate(t, devs(cs), cfg)
 			g := a.Geometry()
 			for i := range cs {
 				cs[i].from = g.DataOffset
