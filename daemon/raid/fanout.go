@@ -295,6 +295,9 @@ func (a *Array) run(ops []mop) error {
 	if a.inline(ops) {
 		return a.runInline(ops)
 	}
+	if a.timedBatchOK(ops) {
+		return a.runTimed(ops)
+	}
 	b := getBatch(len(ops))
 	b.wg.Add(len(ops) - 1)
 	for i := 1; i < len(ops); i++ {

@@ -94,6 +94,11 @@ type timedReq struct {
 	off   int64
 	write bool
 	fua   bool
+	// The caller's, from startTimed to the end of waitTimed: the stall
+	// clock and the slow deadline at the start.
+	began int64
+	sc    slowClock
+	endAt int64 // monoNow when the request returned (run)
 }
 
 const (
@@ -145,11 +150,16 @@ func memberIO(m *member, b []byte, off int64, write, fua bool) error {
 // private buffer gathers (a write) or is scattered to (a read), as the
 // copy of p would be. It needs the timed path: IOTimeout > 0.
 func (a *Array) callBuf(m *member, op string, p []byte, parts []mop, off int64, write, fua, slowRead bool) error {
+	return a.callBufFrom(0, m, op, p, parts, off, write, fua, slowRead)
+}
+
+// callBufFrom is callBuf from attempt first on (runTimed made the first).
+func (a *Array) callBufFrom(first int, m *member, op string, p []byte, parts []mop, off int64, write, fua, slowRead bool) error {
 	if parts != nil && a.pol.IOTimeout <= 0 {
 		panic("raid: a gathered member request without an IOTimeout")
 	}
 	var err error
-	for attempt := 0; ; attempt++ {
+	for attempt := first; ; attempt++ {
 		var slow time.Duration
 		if write || slowRead {
 			slow = a.slowAfter(m)
@@ -183,6 +193,12 @@ func (a *Array) callBuf(m *member, op string, p []byte, parts []mop, off int64, 
 // slow > 0 the request may be abandoned at that deadline too (claimSlow);
 // it then returns a *slowErr when that made its member missing.
 func (a *Array) timed(m *member, op string, p []byte, parts []mop, off int64, write, fua bool, slow time.Duration) error {
+	return a.waitTimed(a.startTimed(m, p, parts, off, write, fua, slow), op, p, parts, nil)
+}
+
+// startTimed starts timed's request on its own goroutine, its deadline
+// running from now.
+func (a *Array) startTimed(m *member, p []byte, parts []mop, off int64, write, fua bool, slow time.Duration) *timedReq {
 	n := len(p)
 	if parts != nil {
 		n = partsLen(parts)
@@ -201,8 +217,8 @@ func (a *Array) timed(m *member, op string, p []byte, parts []mop, off int64, wr
 			}
 		}
 	}
-	began := stalls.now()
-	sc := slowClock{d: slow, t0: time.Now(), mono: monoNow()}
+	r.began = stalls.now()
+	r.sc = slowClock{d: slow, t0: time.Now(), mono: monoNow()}
 	startOp(opJob{t: r})
 	first := a.pol.IOTimeout
 	if slow > 0 {
@@ -213,10 +229,24 @@ func (a *Array) timed(m *member, op string, p []byte, parts []mop, off int64, wr
 	} else {
 		r.timer.Reset(first)
 	}
+	return r
+}
+
+// waitTimed waits for r (from startTimed) under its deadlines and ends
+// it: after it returns the caller no longer touches r.
+//
+// took, when not nil, receives how long the request ran when it returned
+// (left alone otherwise).
+func (a *Array) waitTimed(r *timedReq, op string, p []byte, parts []mop, took *int64) error {
+	// Copied: once abandoned, r belongs to its goroutine.
+	m, sc, began := r.m, r.sc, r.began
 	for extended := false; ; {
 		select {
 		case err := <-r.done:
 			r.timer.Stop()
+			if took != nil {
+				*took = r.endAt - sc.mono
+			}
 			return r.finish(p, parts, err)
 		case <-r.timer.C:
 			if sc.d > 0 {
@@ -255,6 +285,7 @@ func (r *timedReq) run() {
 	m.begin()
 	err := memberIO(m, r.buf, r.off, r.write, r.fua)
 	m.end()
+	r.endAt = monoNow() // read by the caller after done
 	if r.state.CompareAndSwap(reqRunning, reqEnded) {
 		r.done <- err
 		return

@@ -1,6 +1,7 @@
 package raid
 
 import (
+	"fmt"
 	"math/rand"
 	"strings"
 	"sync"
@@ -73,4 +74,51 @@ func TestLateMergedReadNeverTouchesCallerBuffer(t *testing.T) {
 		t.Errorf("member-failed event %+v, want member 1 failed by its timeout", e)
 	}
 	expectEqual(t, "whole array", mustRead(t, a, 0, int(a.Size())), want)
+}
+
+// A batch of timed requests (runTimed: an IOTimeout and no SlowWrite)
+// retries a failed request as callBuf does, Policy.Retries times: a
+// batch of reads of every member, each failing once, completes with the
+// members' data and fails no member.
+func TestTimedBatchRetries(t *testing.T) {
+	ev := &events{}
+	ms := newMems(3, memSize)
+	fs := make([]*blockdev.Fault, len(ms))
+	d := make([]blockdev.Device, len(ms))
+	for i, m := range ms {
+		fs[i] = blockdev.NewFault(m)
+		d[i] = fs[i]
+	}
+	cfg := testCfg(RAID5, ev)
+	cfg.Retries = 1
+	cfg.Policy.IOTimeout = 5 * time.Second
+	a := mustCreate(t, d, cfg)
+	want := randBuf(rand.New(rand.NewSource(9)), int(a.Size()))
+	mustWrite(t, a, 0, want)
+	g := a.Geometry()
+	off := a.moff(0, 0)
+	ops := make([]mop, len(ms))
+	for r := range ops {
+		ops[r] = mop{m: a.member(r), buf: make([]byte, g.ChunkSize), off: off}
+		fs[r].AddRule(blockdev.Rule{Op: blockdev.OpRead, Off: off, Len: g.ChunkSize, Action: blockdev.Fail, Count: 1})
+	}
+	if !a.timedBatchOK(ops) {
+		t.Fatal("a batch of 3 reads with an IOTimeout does not take runTimed")
+	}
+	if err := a.run(ops); err != nil {
+		t.Fatalf("a batch of reads, each failing once, with Retries 1: %v", err)
+	}
+	for r, o := range ops {
+		if f := fs[r].Fired(); f != 1 {
+			t.Errorf("member %d: its fault fired %d times, want 1", r, f)
+		}
+		exp := make([]byte, g.ChunkSize)
+		if _, err := ms[r].ReadAt(exp, off); err != nil {
+			t.Fatal(err)
+		}
+		expectEqual(t, fmt.Sprintf("member %d's chunk read by the batch", r), o.buf, exp)
+	}
+	if n := ev.count(MemberFailed); n != 0 {
+		t.Fatalf("%d members failed for one transient read error each with Retries 1, want none", n)
+	}
 }
