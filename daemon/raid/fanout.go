@@ -123,12 +123,17 @@ func (a *Array) do(o mop) error {
 	default:
 		err = a.mread(o.m, o.buf, o.off)
 	}
-	// Moving average over about 8 requests (racy updates lose a sample).
-	d := int64(time.Since(t0))
-	l := o.m.lat.Load()
-	o.m.lat.Store(l + (d-l)/8)
-	o.m.noteUnit(d, n, o.merged)
+	o.m.noteRequest(int64(time.Since(t0)), n, o.merged)
 	return err
+}
+
+// noteRequest adds a request of n bytes that took d ns to m's figures:
+// lat, a moving average over about 8 requests (racy updates lose a
+// sample), and unit (noteUnit).
+func (m *member) noteRequest(d int64, n int, merged bool) {
+	l := m.lat.Load()
+	m.lat.Store(l + (d-l)/8)
+	m.noteUnit(d, n, merged)
 }
 
 // noteUnit adds a request of n bytes that took d ns to m.unit, a floor
@@ -235,20 +240,11 @@ func (a *Array) serial() bool { return a.pol.replay != nil && a.pol.replay.seria
 const inlineBytes = 256 << 10
 
 func (a *Array) runInline(ops []mop) error {
-	var gone, other error
+	var r batchResult
 	for _, o := range ops {
-		switch err := a.do(o); {
-		case err == nil:
-		case errors.Is(err, errGone):
-			gone = err
-		case other == nil:
-			other = err
-		}
+		r.add(a.do(o))
 	}
-	if other != nil {
-		return other
-	}
-	return gone
+	return r.err()
 }
 
 func getBatch(n int) *fanBatch {
@@ -264,23 +260,35 @@ func getBatch(n int) *fanBatch {
 // error if one occurred, else errGone when a member failed, else nil.
 func (b *fanBatch) finish() error {
 	b.wg.Wait()
-	var gone error
-	var other error
+	var r batchResult
 	for i, e := range b.errs {
 		b.errs[i] = nil
-		switch {
-		case e == nil:
-		case errors.Is(e, errGone):
-			gone = e
-		case other == nil:
-			other = e
-		}
+		r.add(e)
 	}
 	batchPool.Put(b)
-	if other != nil {
-		return other
+	return r.err()
+}
+
+// batchResult combines the errors of a batch's requests as its callers
+// report them: a fencing or stop error if one occurred (the first), else
+// errGone when a member failed, else nil.
+type batchResult struct{ gone, other error }
+
+func (r *batchResult) add(err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, errGone):
+		r.gone = err
+	case r.other == nil:
+		r.other = err
 	}
-	return gone
+}
+
+func (r *batchResult) err() error {
+	if r.other != nil {
+		return r.other
+	}
+	return r.gone
 }
 
 // run performs ops in parallel. It returns a fencing or stop error if one
@@ -354,25 +362,16 @@ func (a *Array) runGrouped(ops []mop) error {
 // acknowledged write; TestMemberFailingUnderInlineFullStripeBatchKeepsOthersWrites).
 // Errors as finish reports them.
 func (a *Array) runGroupsInline(ops []mop) error {
-	var gone, other error
+	var r batchResult
 	for i := 0; i < len(ops); {
 		j := i + 1
 		for j < len(ops) && ops[j].m == ops[i].m {
 			j++
 		}
-		switch err := a.runMerged(ops[i:j]); {
-		case err == nil:
-		case errors.Is(err, errGone):
-			gone = err
-		case other == nil:
-			other = err
-		}
+		r.add(a.runMerged(ops[i:j]))
 		i = j
 	}
-	if other != nil {
-		return other
-	}
-	return gone
+	return r.err()
 }
 
 // maxMerge bounds one merged member request.

@@ -163,7 +163,7 @@ func (a *Array) runStripes(rw *readWork, stripe int64) error {
 func (a *Array) writeStripes(ops []mop, sh [][]byte) error {
 	w := len(sh)
 	var failed uint64 // by role
-	var gone, other error
+	var r batchResult
 	for x := 0; x < len(ops); x += w {
 		blk := ops[x : x+w]
 		a.coder.encodeShards(stripeShards(sh[:0], blk))
@@ -176,17 +176,9 @@ func (a *Array) writeStripes(ops []mop, sh [][]byte) error {
 				continue
 			}
 			failed |= 1 << o.m.role
-			switch {
-			case errors.Is(err, errGone):
-				gone = err
-			case other == nil:
-				other = err
-			}
+			r.add(err)
 		}
 	}
 	clear(sh)
-	if other != nil {
-		return other
-	}
-	return gone
+	return r.err()
 }

@@ -31,7 +31,7 @@ func (a *Array) runTimed(ops []mop) error {
 	for i, o := range ops {
 		rs[i] = a.startTimed(o.m, o.buf, o.parts, o.off, o.write, o.fua, 0)
 	}
-	var gone, other error
+	var r batchResult
 	for i, o := range ops {
 		t0 := time.Now()
 		op := "read"
@@ -58,19 +58,8 @@ func (a *Array) runTimed(ops []mop) error {
 		if o.parts != nil {
 			n = partsLen(o.parts)
 		}
-		l := o.m.lat.Load()
-		o.m.lat.Store(l + (d-l)/8)
-		o.m.noteUnit(d, n, o.merged)
-		switch {
-		case err == nil:
-		case errors.Is(err, errGone):
-			gone = err
-		case other == nil:
-			other = err
-		}
+		o.m.noteRequest(d, n, o.merged)
+		r.add(err)
 	}
-	if other != nil {
-		return other
-	}
-	return gone
+	return r.err()
 }
