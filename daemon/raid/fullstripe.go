@@ -2,7 +2,6 @@ package raid
 
 import (
 	"errors"
-	"slices"
 )
 
 // Full-stripe writes: the whole stripes in the middle of a write go out in
@@ -34,15 +33,9 @@ func (a *Array) writeFullBatch(rw *readWork, sps []span, fua bool) (bool, error)
 	for _, sp := range sps {
 		rw.locks = append(rw.locks, int(uint64(sp.s)%stripeLocks))
 	}
-	slices.Sort(rw.locks)
-	rw.locks = slices.Compact(rw.locks)
-	for _, i := range rw.locks {
-		a.locks[i].Lock()
-	}
+	a.lockStripes(rw)
 	defer func() {
-		for _, i := range rw.locks {
-			a.locks[i].Unlock()
-		}
+		a.unlockStripes(rw)
 		clear(rw.ops)
 		clear(rw.srcs)
 		rw.ops, rw.srcs = rw.ops[:0], rw.srcs[:0]

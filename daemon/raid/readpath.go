@@ -18,6 +18,24 @@ import (
 // about one extra read (P) per missing chunk and one XOR pass. Two missing
 // chunks, or a missing P, take the general reconstruction (readSpanLocked).
 
+// lockStripes takes the stripe locks rw.locks names (indexes into
+// a.locks, in any order, repeats allowed) in ascending order without
+// repeats, so that two requests taking several never deadlock;
+// unlockStripes releases them.
+func (a *Array) lockStripes(rw *readWork) {
+	slices.Sort(rw.locks)
+	rw.locks = slices.Compact(rw.locks)
+	for _, i := range rw.locks {
+		a.locks[i].Lock()
+	}
+}
+
+func (a *Array) unlockStripes(rw *readWork) {
+	for _, i := range rw.locks {
+		a.locks[i].Unlock()
+	}
+}
+
 // readWork holds a striped read's plan and buffers; pooled.
 type readWork struct {
 	spans   []span
@@ -152,15 +170,9 @@ func (a *Array) readAround(sps []span, avoid *member) error {
 		for _, sp := range sps {
 			rw.locks = append(rw.locks, int(uint64(sp.s)%stripeLocks))
 		}
-		slices.Sort(rw.locks)
-		rw.locks = slices.Compact(rw.locks)
-		for _, i := range rw.locks {
-			a.locks[i].Lock()
-		}
+		a.lockStripes(rw)
 		err = a.readSpansLocked(rw, sps)
-		for _, i := range rw.locks {
-			a.locks[i].Unlock()
-		}
+		a.unlockStripes(rw)
 		rw.release()
 		if !errors.Is(err, errGone) {
 			break

@@ -3,7 +3,6 @@ package raid
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"tier0/daemon/blockdev"
 )
@@ -52,16 +51,8 @@ func (a *Array) rebuildRun(m *member, s0, s1 int64) (int64, error) {
 	for s := s0; s < s1; s++ {
 		rw.locks = append(rw.locks, int(uint64(s)%stripeLocks))
 	}
-	slices.Sort(rw.locks)
-	rw.locks = slices.Compact(rw.locks)
-	for _, i := range rw.locks {
-		a.locks[i].Lock()
-	}
-	defer func() {
-		for _, i := range rw.locks {
-			a.locks[i].Unlock()
-		}
-	}()
+	a.lockStripes(rw)
+	defer a.unlockStripes(rw)
 	w := a.geo.DataDisks + a.geo.ParityDisks
 	if cap(rw.req) < w {
 		rw.req = make([]bool, w)
