@@ -32,6 +32,7 @@ type MemConn struct {
 	mu    sync.Mutex
 	cond  sync.Cond
 	q     []Completion
+	recvs [][]byte // free receive buffers (RecvSize each), under mu
 	dead  bool
 	gone  atomic.Bool // no more posts: stopped, closed or disconnected
 	done  chan struct{}
@@ -76,6 +77,13 @@ func (m *MemConn) run() {
 		m.q = m.q[1:]
 		m.mu.Unlock()
 		m.cfg.Handler(c)
+		if c.Op == OpRecv && c.Err == nil {
+			// Data is valid only during the handler call (as a receive
+			// buffer posted again): the next RECV reuses it
+			m.mu.Lock()
+			m.recvs = append(m.recvs, c.Data[:cap(c.Data)])
+			m.mu.Unlock()
+		}
 	}
 }
 
@@ -111,7 +119,15 @@ func (m *MemConn) Send(slot int, msg []byte) error {
 		m.fail(OpSend, slot, fmt.Errorf("rdma: SEND of %d bytes into a %d-byte receive buffer: local length error", len(msg), p.cfg.RecvSize))
 		return nil
 	}
-	p.push(Completion{Op: OpRecv, Data: append([]byte(nil), msg...)})
+	p.mu.Lock()
+	var b []byte
+	if n := len(p.recvs); n > 0 {
+		b, p.recvs = p.recvs[n-1], p.recvs[:n-1]
+	} else {
+		b = make([]byte, p.cfg.RecvSize)
+	}
+	p.mu.Unlock()
+	p.push(Completion{Op: OpRecv, Data: b[:copy(b, msg)]})
 	m.push(Completion{Op: OpSend, Slot: slot})
 	return nil
 }
