@@ -118,7 +118,7 @@ func Connect(ctx context.Context, addr string, o Options) (*Controller, error) {
 	cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	var err error
-	c.admin, err = openQueue(cctx, o.Dial, addr, 0, adminDepth, adminData, o.Timeout)
+	c.admin, err = openQueue(cctx, o.Dial, addr, 0, adminDepth, adminData, 0, o.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: admin queue to %s: %w", addr, err)
 	}
@@ -167,7 +167,7 @@ func Connect(ctx context.Context, addr string, o Options) (*Controller, error) {
 	}
 	depth := min(o.QueueDepth, mqes)
 	for i := 1; i <= o.IOQueues; i++ {
-		q, err := openQueue(cctx, o.Dial, addr, uint16(i), depth, c.maxXfer, o.Timeout)
+		q, err := openQueue(cctx, o.Dial, addr, uint16(i), depth, c.maxXfer, 0, o.Timeout)
 		if err != nil {
 			return nil, fmt.Errorf("rdma: I/O queue %d to %s: %w", i, addr, err)
 		}

@@ -25,6 +25,7 @@ type hostQueue struct {
 	conn     capsuleConn
 	depth    int
 	dataSize int
+	inline   int           // most write data sent in the command capsule (0: none)
 	timeout  time.Duration // per command, for exec (the Controller of Connect)
 	free     chan int
 	dead     chan struct{} // closed when the queue failed or closed
@@ -47,22 +48,30 @@ type hostSlot struct {
 	done                 chan error // buffered 1
 	read                 []byte     // the caller's read buffer, filled by Wait
 	start                atomic.Int64
-	capsule              [nvme.SQELen]byte
+	capsule              []byte // SQELen + the queue's inline bytes
 }
 
 var _ transport.Queue = (*hostQueue)(nil)
 
-func openQueue(ctx context.Context, dial func(context.Context, string, PrivateData, Config) (QueueConn, error), addr string, qid uint16, depth, data int, timeout time.Duration) (*hostQueue, error) {
+// openQueue dials one queue of depth slots, each with a data buffer of
+// data bytes; inline > 0 (I/O queues only) sends writes of up to inline
+// bytes in the command capsule.
+func openQueue(ctx context.Context, dial func(context.Context, string, PrivateData, Config) (QueueConn, error), addr string, qid uint16, depth, data, inline int, timeout time.Duration) (*hostQueue, error) {
 	if dial == nil {
 		dial = dialQueue
 	}
-	q := &hostQueue{qid: qid, depth: depth, dataSize: data, timeout: timeout, free: make(chan int, depth), dead: make(chan struct{}), slots: make([]hostSlot, depth)}
+	if qid == 0 || inline < 0 {
+		inline = 0
+	}
+	q := &hostQueue{qid: qid, depth: depth, dataSize: data, inline: inline, timeout: timeout, free: make(chan int, depth), dead: make(chan struct{}), slots: make([]hostSlot, depth)}
+	capsules := make([]byte, depth*(nvme.SQELen+inline))
 	for i := range q.slots {
 		q.slots[i].done = make(chan error, 1)
+		q.slots[i].capsule = capsules[i*(nvme.SQELen+inline) : (i+1)*(nvme.SQELen+inline)]
 		q.free <- i
 	}
 	pd := PrivateData{QID: qid, HRQSize: uint16(depth), HSQSize: uint16(depth - 1)}
-	cfg := Config{Depth: depth, RecvSize: nvme.CQELen, SendSize: nvme.SQELen, DataSize: data, Handler: q.handle}
+	cfg := Config{Depth: depth, RecvSize: nvme.CQELen, SendSize: nvme.SQELen + inline, DataSize: data, Handler: q.handle}
 	conn, err := dial(ctx, addr, pd, cfg)
 	if err != nil {
 		return nil, err
@@ -94,10 +103,13 @@ func (q *hostQueue) lost() error {
 }
 
 // Start sends c from a free slot (waiting for one) and returns the slot
-// as its tag: write data is copied into the slot's registered buffer, and
-// a keyed SGL names that buffer to the target. flush is ignored (every
-// SEND is posted at once) and so is c.InCapsule: all data moves by keyed
-// SGL, as Linux's host sends the Fabrics Connect data.
+// as its tag. Write data of up to the queue's inline bytes (an I/O queue
+// whose controller takes in-capsule data, IOCCSZ) follows the SQE in the
+// same SEND, as Linux's host sends it; other data is copied into the
+// slot's registered buffer, and a keyed SGL names that buffer to the
+// target. flush is ignored (every SEND is posted at once) and so is
+// c.InCapsule: the Fabrics Connect data moves by keyed SGL, as Linux's
+// host sends it.
 func (q *hostQueue) Start(c transport.Command, flush bool) (uint16, error) {
 	var slot int
 	select {
@@ -109,11 +121,15 @@ func (q *hostQueue) Start(c transport.Command, flush bool) (uint16, error) {
 	s := c.SQE
 	s.CID = uint16(slot)
 	s.Flags |= nvme.SQEFlagSGLMeta
-	b := s.Append(st.capsule[:0])
 	data, write := c.Write, true
 	if len(data) == 0 {
 		data, write = c.Read, false
 	}
+	inCapsule := write && len(data) > 0 && len(data) <= q.inline
+	if inCapsule {
+		s.DPTR = nvme.SGL{Length: uint32(len(data)), Type: nvme.SGLTypeInCapsule}
+	}
+	b := s.Append(st.capsule[:0])
 	if len(data) > q.dataSize {
 		q.free <- slot
 		return 0, fmt.Errorf("queue %d: %d bytes exceed the %d-byte data buffer of a slot", q.qid, len(data), q.dataSize)
@@ -139,13 +155,16 @@ func (q *hostQueue) Start(c transport.Command, flush bool) (uint16, error) {
 	if q.connClosed {
 		err = ErrClosed
 	} else {
-		if len(data) > 0 {
+		switch {
+		case inCapsule:
+			b = append(b, data...) // within the slot's capsule buffer
+		case len(data) > 0:
 			if write {
 				copy(q.conn.Data(slot), data)
 			}
 			addr, key := q.conn.Key(slot)
 			PutKeyedSGL(b, addr, len(data), key)
-		} else {
+		default:
 			PutKeyedSGL(b, 0, 0, 0) // the null keyed SGL
 		}
 		err = q.conn.Send(slot, b)

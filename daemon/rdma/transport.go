@@ -19,6 +19,11 @@ type Transport struct {
 	// that size (the host's admin queue: 32 of 64 KiB), so the memory of
 	// an I/O queue is about QueueDepth x MaxTransfer.
 	MaxTransfer int
+	// MaxInline caps the write data an I/O queue sends in the command
+	// capsule, after the SQE (default 16 KiB; negative: none, all data by
+	// keyed SGL); the controller's in-capsule size (IOCCSZ) applies too.
+	// Each I/O queue's send buffers hold Depth x (64 + that) bytes.
+	MaxInline int
 	// Dial, when set, connects each queue instead of rdma_cm (tests: a
 	// MemPair to an in-process target).
 	Dial func(ctx context.Context, addr string, pd PrivateData, cfg Config) (QueueConn, error)
@@ -37,9 +42,20 @@ func (t *Transport) MaxData() int {
 	return 1 << 20
 }
 
+func (t *Transport) maxInline() int {
+	switch {
+	case t.MaxInline < 0:
+		return 0
+	case t.MaxInline == 0:
+		return 16 << 10
+	}
+	return t.MaxInline
+}
+
 // DialQueue connects one queue pair: HSQSIZE p.SQSize, p.SQSize+1 slots
 // (receive buffers, send buffers and data buffers of
-// min(p.MaxData, MaxData) bytes).
+// min(p.MaxData, MaxData) bytes); an I/O queue sends writes of up to
+// min(p.InlineMax, MaxInline) bytes in the capsule.
 func (t *Transport) DialQueue(ctx context.Context, addr string, p transport.Params) (transport.Queue, error) {
 	data := t.MaxData()
 	if p.MaxData > 0 {
@@ -47,7 +63,8 @@ func (t *Transport) DialQueue(ctx context.Context, addr string, p transport.Para
 	}
 	// no per-command timeout of its own: the host's supervisor enforces
 	// its I/O timeout with Oldest
-	q, err := openQueue(ctx, t.Dial, addr, p.QID, int(p.SQSize)+1, data, 0)
+	inline := min(p.InlineMax, data, t.maxInline())
+	q, err := openQueue(ctx, t.Dial, addr, p.QID, int(p.SQSize)+1, data, inline, 0)
 	if err != nil {
 		return nil, err
 	}

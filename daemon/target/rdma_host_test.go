@@ -217,3 +217,110 @@ func TestHostOverRDMATransportAuth(t *testing.T) {
 		t.Fatalf("Reconnects %d, want 1", c.Reconnects())
 	}
 }
+
+// sendLog is a QueueConn that records the SGL type and the length of every
+// message its queue sends.
+type sendLog struct {
+	rdma.QueueConn
+	qid  uint16
+	mu   *sync.Mutex
+	sent *[]sentMsg
+}
+
+type sentMsg struct {
+	qid    uint16
+	opcode uint8
+	sgl    uint8
+	n      int
+}
+
+func (s sendLog) Send(slot int, msg []byte) error {
+	s.mu.Lock()
+	*s.sent = append(*s.sent, sentMsg{s.qid, msg[0], msg[39], len(msg)})
+	s.mu.Unlock()
+	return s.QueueConn.Send(slot, msg)
+}
+
+// TestHostOverRDMAInCapsuleWrites: daemon/host over rdma.Transport sends
+// a write of up to the controller's in-capsule size (the target's IOCCSZ:
+// 16 KiB) on an I/O queue in the command capsule (SGL type 0x01, the data
+// after the SQE: no RDMA READ round trip), larger writes and reads by
+// keyed SGL, and nothing in the capsule on the admin queue (Linux
+// nvmet-rdma takes none there); the target stores what was written. With
+// MaxInline < 0 every write is keyed.
+func TestHostOverRDMAInCapsuleWrites(t *testing.T) {
+	for _, noInline := range []bool{false, true} {
+		dev := blockdev.NewMem(testSize, testBS)
+		_, acc := newRDMATarget(t, Config{}, dev)
+		l := &rdmaLinks{acc: acc}
+		var mu sync.Mutex
+		var sent []sentMsg
+		tr := &rdma.Transport{Dial: func(ctx context.Context, addr string, pd rdma.PrivateData, cfg rdma.Config) (rdma.QueueConn, error) {
+			c, err := l.dial(ctx, addr, pd, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return sendLog{c, pd.QID, &mu, &sent}, nil
+		}}
+		if noInline {
+			tr.MaxInline = -1
+		}
+		o := rdmaHostOpts(l)
+		o.Transport = tr
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		c, err := host.Dial(ctx, "10.9.8.7:4420", o)
+		cancel()
+		if err != nil {
+			t.Fatalf("host.Dial over rdma.Transport: %v", err)
+		}
+		ns, err := c.Namespace(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		sent = sent[:0]
+		mu.Unlock()
+		sizes := []int{512, 4096, 16 << 10, 16<<10 + 512, 64 << 10}
+		off := int64(0)
+		for _, n := range sizes {
+			w := randBytes(t, n)
+			if _, err := ns.WriteAt(w, off); err != nil {
+				t.Fatalf("write %d: %v", n, err)
+			}
+			got := make([]byte, n)
+			if _, err := ns.ReadAt(got, off); err != nil || !bytes.Equal(got, w) {
+				t.Fatalf("read back %d bytes: %v, equal %v", n, err, bytes.Equal(got, w))
+			}
+			dev.ReadAt(got, off)
+			if !bytes.Equal(got, w) {
+				t.Fatalf("device holds other data than the %d bytes written", n)
+			}
+			off += int64(n+4095) / 4096 * 4096
+		}
+		c.Close()
+		mu.Lock()
+		var writes []sentMsg
+		for _, m := range sent {
+			if m.qid == 0 && m.sgl != rdma.SGLTypeKeyed {
+				t.Errorf("admin command %#x sent with SGL type %#x, %d bytes: want keyed, no in-capsule data", m.opcode, m.sgl, m.n)
+			}
+			if m.qid != 0 && m.opcode == nvme.CmdWrite {
+				writes = append(writes, m)
+			}
+		}
+		mu.Unlock()
+		if len(writes) != len(sizes) {
+			t.Fatalf("noInline %v: %d writes sent on I/O queues, want %d", noInline, len(writes), len(sizes))
+		}
+		for i, m := range writes {
+			inline := !noInline && sizes[i] <= 16<<10
+			want := sentMsg{m.qid, nvme.CmdWrite, rdma.SGLTypeKeyed, nvme.SQELen}
+			if inline {
+				want.sgl, want.n = nvme.SGLTypeInCapsule, nvme.SQELen+sizes[i]
+			}
+			if m != want {
+				t.Errorf("MaxInline %d: write of %d bytes sent as SGL type %#x in %d bytes, want %#x in %d", tr.MaxInline, sizes[i], m.sgl, m.n, want.sgl, want.n)
+			}
+		}
+	}
+}

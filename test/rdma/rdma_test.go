@@ -208,7 +208,7 @@ func TestRDMAGuest(t *testing.T) {
 	if res.RC != 0 || !strings.Contains(res.Output, "ALL PASS") {
 		t.Fatalf("guest script exited %d; console tail:\n%s", res.RC, tailStr(res.Output, 6000))
 	}
-	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added", "PASS host keep-alive over RDMA", "PASS host reconnected by itself over RDMA", "PASS DH-HMAC-CHAP over RDMA: a wrong host secret", "PASS DH-HMAC-CHAP over RDMA: bidirectional", "PASS DH-HMAC-CHAP over RDMA: the host reconnected",
+	for _, want := range []string{"PASS no device", "PASS kernel nvme-rdma host", "PASS write+read 1048576 bytes", "PASS host", "PASS RDMA WRITE and READ", "PASS loopback", "PASS tier0 fabric io --transport rdma", "PASS port removed", "PASS port re-added", "PASS host keep-alive over RDMA", "PASS host writes to nvmet-rdma in the capsule", "PASS host reconnected by itself over RDMA", "PASS DH-HMAC-CHAP over RDMA: a wrong host secret", "PASS DH-HMAC-CHAP over RDMA: bidirectional", "PASS DH-HMAC-CHAP over RDMA: the host reconnected",
 		"PASS tier0 target: nvme discover", "PASS tier0 target: fio verify", "PASS tier0 targets: one multipath device", "PASS tier0 targets: fio verify during 4 ANA flips"} {
 		if !strings.Contains(res.Output, want) {
 			t.Errorf("guest output lacks %q", want)

@@ -38,6 +38,27 @@ func reconnect(addr, nqn, remove, readd string) error {
 	if err != nil {
 		return err
 	}
+	// Writes of up to nvmet-rdma's in-capsule size (IOCCSZ; its default
+	// inline_data_size is 4 KiB) go in the command capsule, larger ones by
+	// keyed SGL (RDMA READ); both verify.
+	inline := 0
+	if z := int(c.Identify().IOCCSZ); z > 4 {
+		inline = z*16 - 64
+	}
+	if inline == 0 {
+		return errors.New("nvmet-rdma reports no in-capsule data (IOCCSZ 4): the host's in-capsule writes are not tested")
+	}
+	for i, n := range []int{512, 4096, min(inline, 16<<10), 8192 + 512} {
+		w := pattern(uint64(30+i), n)
+		at := int64(8<<20 + i*(64<<10))
+		if _, err := ns.WriteAt(w, at); err != nil {
+			return fmt.Errorf("write of %d bytes (in-capsule up to %d): %v", n, inline, err)
+		}
+		if err := readBack(ns, w, at); err != nil {
+			return fmt.Errorf("write of %d bytes (in-capsule up to %d): %v", n, inline, err)
+		}
+	}
+	fmt.Printf("PASS host writes to nvmet-rdma in the capsule up to %d bytes (IOCCSZ %d) and by keyed SGL above: all verify\n", min(inline, 16<<10), c.Identify().IOCCSZ)
 	before := pattern(21, 1<<20+4096) // split at the 256 KiB transfer size
 	if _, err := ns.WriteAt(before, 1<<20); err != nil {
 		return fmt.Errorf("write before the port loss: %v", err)
