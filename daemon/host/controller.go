@@ -250,11 +250,7 @@ func (c *Controller) connect(ctx context.Context) (*assoc, error) {
 		if depth < 1 {
 			depth = 1
 		}
-		inline := 0
-		if a.id.IOCCSZ > 4 {
-			inline = int(a.id.IOCCSZ)*16 - nvme.SQELen
-		}
-		p := transport.Params{SQSize: uint16(depth), Depth: depth, MaxData: c.maxIO(a.id.MDTS), InlineMax: inline}
+		p := transport.Params{SQSize: uint16(depth), Depth: depth, MaxData: c.maxIO(a.id.MDTS), InlineMax: a.id.InCapsuleData()}
 		for i := 1; i <= nq; i++ {
 			p.QID = uint16(i)
 			q, err := c.dialQueue(ctx, p)

@@ -136,6 +136,13 @@ const (
 )
 
 // Append appends the 4096-byte Identify Controller structure to b.
+// InCapsuleData is the most write data an I/O queue command capsule may
+// carry after its SQE (IOCCSZ x 16 - 64 bytes; 0 when IOCCSZ is the bare
+// SQE or less).
+func (c *IdentifyController) InCapsuleData() int {
+	return max(0, int(c.IOCCSZ)*16-SQELen)
+}
+
 func (c *IdentifyController) Append(b []byte) []byte {
 	start := len(b)
 	b = append(b, make([]byte, IdentifyLen)...)

@@ -48,7 +48,7 @@ type hostSlot struct {
 	done                 chan error // buffered 1
 	read                 []byte     // the caller's read buffer, filled by Wait
 	start                atomic.Int64
-	capsule              []byte // SQELen + the queue's inline bytes
+	capsule              []byte // empty; capacity SQELen + the queue's inline bytes
 }
 
 var _ transport.Queue = (*hostQueue)(nil)
@@ -64,10 +64,11 @@ func openQueue(ctx context.Context, dial func(context.Context, string, PrivateDa
 		inline = 0
 	}
 	q := &hostQueue{qid: qid, depth: depth, dataSize: data, inline: inline, timeout: timeout, free: make(chan int, depth), dead: make(chan struct{}), slots: make([]hostSlot, depth)}
-	capsules := make([]byte, depth*(nvme.SQELen+inline))
+	n := nvme.SQELen + inline
+	capsules := make([]byte, depth*n)
 	for i := range q.slots {
 		q.slots[i].done = make(chan error, 1)
-		q.slots[i].capsule = capsules[i*(nvme.SQELen+inline) : (i+1)*(nvme.SQELen+inline)]
+		q.slots[i].capsule = capsules[i*n : i*n : (i+1)*n] // an append past it cannot reach the next slot's
 		q.free <- i
 	}
 	pd := PrivateData{QID: qid, HRQSize: uint16(depth), HSQSize: uint16(depth - 1)}
@@ -129,7 +130,7 @@ func (q *hostQueue) Start(c transport.Command, flush bool) (uint16, error) {
 	if inCapsule {
 		s.DPTR = nvme.SGL{Length: uint32(len(data)), Type: nvme.SGLTypeInCapsule}
 	}
-	b := s.Append(st.capsule[:0])
+	b := s.Append(st.capsule)
 	if len(data) > q.dataSize {
 		q.free <- slot
 		return 0, fmt.Errorf("queue %d: %d bytes exceed the %d-byte data buffer of a slot", q.qid, len(data), q.dataSize)

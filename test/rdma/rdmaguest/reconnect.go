@@ -41,14 +41,12 @@ func reconnect(addr, nqn, remove, readd string) error {
 	// Writes of up to nvmet-rdma's in-capsule size (IOCCSZ; its default
 	// inline_data_size is 4 KiB) go in the command capsule, larger ones by
 	// keyed SGL (RDMA READ); both verify.
-	inline := 0
-	if z := int(c.Identify().IOCCSZ); z > 4 {
-		inline = z*16 - 64
-	}
+	id := c.Identify()
+	inline := min(id.InCapsuleData(), 16<<10) // rdma.Transport's default MaxInline
 	if inline == 0 {
 		return errors.New("nvmet-rdma reports no in-capsule data (IOCCSZ 4): the host's in-capsule writes are not tested")
 	}
-	for i, n := range []int{512, 4096, min(inline, 16<<10), 8192 + 512} {
+	for i, n := range []int{512, 4096, inline, 8192 + 512} {
 		w := pattern(uint64(30+i), n)
 		at := int64(8<<20 + i*(64<<10))
 		if _, err := ns.WriteAt(w, at); err != nil {
@@ -58,7 +56,7 @@ func reconnect(addr, nqn, remove, readd string) error {
 			return fmt.Errorf("write of %d bytes (in-capsule up to %d): %v", n, inline, err)
 		}
 	}
-	fmt.Printf("PASS host writes to nvmet-rdma in the capsule up to %d bytes (IOCCSZ %d) and by keyed SGL above: all verify\n", min(inline, 16<<10), c.Identify().IOCCSZ)
+	fmt.Printf("PASS host writes to nvmet-rdma in the capsule up to %d bytes (IOCCSZ %d) and by keyed SGL above: all verify\n", inline, id.IOCCSZ)
 	before := pattern(21, 1<<20+4096) // split at the 256 KiB transfer size
 	if _, err := ns.WriteAt(before, 1<<20); err != nil {
 		return fmt.Errorf("write before the port loss: %v", err)
