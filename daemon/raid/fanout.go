@@ -70,37 +70,82 @@ func (j *opJob) do() {
 	j.b.wg.Done()
 }
 
-// idleOps hands a job to a parked worker; unbuffered, so a send succeeds
-// only when one is waiting.
-var idleOps = make(chan opJob)
+// Parked workers wait each on a channel of its own and form a stack, the
+// most recently parked on top (its stack and caches are the warmest).
+// One unbuffered channel that every idle worker received from in a
+// select with its idle timer made every hand-off take that channel's
+// lock against the other workers parking on it and cost two timer
+// operations per job: on 2 CPUs, a quarter of the samples of 4 KiB
+// writes with member deadlines went to those locks.
+type opParked struct {
+	ch    chan opJob // one job, or closed: exit
+	since int64      // monoNow when it parked
+}
 
-// opIdle is how long a worker stays parked before it exits.
-const opIdle = 2 * time.Second
+var opPool struct {
+	mu      sync.Mutex
+	idle    []*opParked // oldest first
+	reaping bool        // reapOps is running
+}
 
+// opIdle is how long a worker stays parked before it exits (a variable
+// for tests).
+var opIdle = 2 * time.Second
+
+// startOp runs j on a parked worker, or on a new one when none is idle.
 func startOp(j opJob) {
-	select {
-	case idleOps <- j:
-	default:
-		go opWorker(j)
+	opPool.mu.Lock()
+	if n := len(opPool.idle); n > 0 {
+		w := opPool.idle[n-1]
+		opPool.idle[n-1] = nil
+		opPool.idle = opPool.idle[:n-1]
+		opPool.mu.Unlock()
+		w.ch <- j // buffered: never blocks
+		return
+	}
+	opPool.mu.Unlock()
+	go opWorker(&opParked{ch: make(chan opJob, 1)}, j)
+}
+
+func opWorker(w *opParked, j opJob) {
+	for {
+		j.do()
+		j = opJob{} // hold nothing of the job while parked
+		opPool.mu.Lock()
+		w.since = monoNow()
+		opPool.idle = append(opPool.idle, w)
+		if !opPool.reaping {
+			opPool.reaping = true
+			go reapOps()
+		}
+		opPool.mu.Unlock()
+		var ok bool
+		if j, ok = <-w.ch; !ok {
+			return
+		}
 	}
 }
 
-func opWorker(j opJob) {
-	var t *time.Timer
+// reapOps ends the workers parked for opIdle or longer, every opIdle/2,
+// and returns once none is parked.
+func reapOps() {
 	for {
-		j.do()
-		j = opJob{}
-		if t == nil {
-			t = time.NewTimer(opIdle)
-		} else {
-			t.Reset(opIdle)
+		time.Sleep(opIdle / 2)
+		opPool.mu.Lock()
+		now, k := monoNow(), 0
+		for k < len(opPool.idle) && now-opPool.idle[k].since >= int64(opIdle) {
+			close(opPool.idle[k].ch)
+			k++
 		}
-		select {
-		case j = <-idleOps:
-			t.Stop()
-		case <-t.C:
+		n := copy(opPool.idle, opPool.idle[k:])
+		clear(opPool.idle[n:])
+		opPool.idle = opPool.idle[:n]
+		if n == 0 {
+			opPool.reaping = false
+			opPool.mu.Unlock()
 			return
 		}
+		opPool.mu.Unlock()
 	}
 }
 
