@@ -62,7 +62,7 @@ func TestAllocsPerRequest(t *testing.T) {
 		{"read/iotimeout", time.Minute, false, false, 0},
 		{"write-rmw/iotimeout", time.Minute, false, true, 0},
 		{"read-degraded", 0, true, false, 0},
-		{"write-degraded", 0, true, true, 18},
+		{"write-degraded", 0, true, true, 13},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := allocArray(t, tc.timeout)
