@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -88,9 +89,11 @@ var opPool struct {
 	reaping bool        // reapOps is running
 }
 
-// opIdle is how long a worker stays parked before it exits (a variable
-// for tests).
-var opIdle = 2 * time.Second
+// opIdle is how long, in ns, a worker stays parked before it exits
+// (tests shorten it; atomic, since a reaper may be running then).
+var opIdle atomic.Int64
+
+func init() { opIdle.Store(int64(2 * time.Second)) }
 
 // startOp runs j on a parked worker, or on a new one when none is idle.
 func startOp(j opJob) {
@@ -130,10 +133,11 @@ func opWorker(w *opParked, j opJob) {
 // and returns once none is parked.
 func reapOps() {
 	for {
-		time.Sleep(opIdle / 2)
+		idle := opIdle.Load()
+		time.Sleep(time.Duration(idle / 2))
 		opPool.mu.Lock()
 		now, k := monoNow(), 0
-		for k < len(opPool.idle) && now-opPool.idle[k].since >= int64(opIdle) {
+		for k < len(opPool.idle) && now-opPool.idle[k].since >= idle {
 			close(opPool.idle[k].ch)
 			k++
 		}

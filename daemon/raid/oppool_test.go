@@ -21,8 +21,8 @@ func (g *poolGateDev) ReadAt(p []byte, off int64) (int, error) {
 // 2n), and every parked worker ends once idle for opIdle, the reaper with
 // the last.
 func TestOpPoolReusesAndReapsWorkers(t *testing.T) {
-	defer func(d time.Duration) { opIdle = d }(opIdle)
-	opIdle = 50 * time.Millisecond
+	defer opIdle.Store(opIdle.Load())
+	opIdle.Store(int64(50 * time.Millisecond))
 	parked := func() (int, bool) {
 		opPool.mu.Lock()
 		defer opPool.mu.Unlock()
