@@ -2,14 +2,18 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"tier0/daemon/blockdev"
 	"tier0/daemon/cluster"
 	"tier0/daemon/nvme"
+	"tier0/daemon/store"
 )
 
 // awaitReport collects reports until node sends one of kind (the test's
@@ -199,5 +203,80 @@ func closeBackends(t *testing.T, s *testSite, names ...string) {
 		if err := s.node(name).backend.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// cutOwnerReads is a node's store whose ownership reads fail while cut is
+// set, as a node cut off from etcd sees them.
+type cutOwnerReads struct {
+	Store
+	cut atomic.Bool
+}
+
+func (c *cutOwnerReads) Ownership(ctx context.Context, array string) (store.Ownership, error) {
+	if c.cut.Load() {
+		return store.Ownership{}, fmt.Errorf("read owner of array %q: store cut off (test): %w", array, context.DeadlineExceeded)
+	}
+	return c.Store.Ownership(ctx, array)
+}
+
+// An optimized ANA order that reaches the owner while its store cannot be
+// read is kept and carried out once the store confirms the ownership.
+// Before, the order was dropped: the array ran on its owner of record
+// behind inaccessible paths for good, since the coordinator, having seen
+// it assembled, never ordered it again (docs/RELIABILITY.md known problem
+// 10; simulation seeds 9104662, 9143537, 9160812, 9175546). A kept order
+// ends with a newer owner in the store, or with an inaccessible order.
+func TestOptimizedOrderKeptWhileStoreUnreadable(t *testing.T) {
+	s := newTestSite(t)
+	a := s.node("A")
+	s.do("A", "fence", cluster.Fence{Array: "x", Node: "A", NewEpoch: 1, Members: []string{"C1", "D1", "E1"}})
+	s.do("A", "assemble", cluster.Assemble{Array: "x", Node: "A", Epoch: 1})
+	s.wantReport("A", "assembled")
+	a.bg.Wait()
+	cut := &cutOwnerReads{Store: a.st}
+	a.st = cut
+	x := a.served("x")
+	optimized := func() bool { return x.anaState() == nvme.ANAOptimized }
+
+	cut.cut.Store(true)
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
+	if optimized() {
+		t.Fatal("optimized although the store could not confirm the ownership")
+	}
+	a.retryANA(t.Context())
+	if optimized() {
+		t.Fatal("optimized by the retry while the store was still cut off")
+	}
+	cut.cut.Store(false)
+	a.retryANA(t.Context())
+	if !optimized() {
+		t.Fatal("not optimized once the store answered again: the order was dropped while the store was cut off")
+	}
+	if _, err := x.gate.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatalf("read through the optimized path: %v", err)
+	}
+
+	// A kept order ends when an inaccessible order follows.
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAInaccessible, Epoch: 1})
+	cut.cut.Store(true)
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAInaccessible, Epoch: 1})
+	cut.cut.Store(false)
+	a.retryANA(t.Context())
+	if optimized() {
+		t.Fatal("a kept optimized order outlived the inaccessible order after it")
+	}
+
+	// And when the store names a newer owner once it answers.
+	cut.cut.Store(true)
+	s.do("A", "setana", cluster.SetANA{Array: "x", Node: "A", State: cluster.ANAOptimized, Epoch: 1})
+	if _, err := s.st.ClaimOwnership(t.Context(), "x", "B", 2); err != nil {
+		t.Fatal(err)
+	}
+	cut.cut.Store(false)
+	a.retryANA(t.Context())
+	if optimized() {
+		t.Fatal("optimized at epoch 1 although the store names B owner at epoch 2")
 	}
 }

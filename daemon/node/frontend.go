@@ -39,6 +39,9 @@ type served struct {
 	pending   map[int]string // role -> "resync" or "rebuild" running
 	readd     *readdTries    // the owner's re-add tries of its members (repair.go)
 	lastScrub time.Time      // when the periodic scrub last started (or the array started here)
+	// anaPending is the epoch of an optimized ANA order kept for retryANA
+	// (0: none; owner.go optimizeLocked).
+	anaPending uint64
 
 	// Read without mu (self-fencing, RAID events, status):
 	runEpoch  atomic.Uint64          // epoch of the running array (0: none)

@@ -155,6 +155,7 @@ func (n *Node) housekeeping(ctx context.Context) {
 		}
 		n.mu.Unlock()
 		n.flushReports()
+		n.retryANA(ctx)
 		if i%5 == 0 {
 			n.retryFailed(ctx)
 		}

@@ -52,6 +52,7 @@ func (s *served) stopLocked(abort bool) {
 	s.members, s.ctrls = nil, nil
 	s.epoch = 0
 	s.runEpoch.Store(0)
+	s.anaPending = 0
 	s.pending = map[int]string{}
 	// Not run here any more: its failure is no longer this node's to
 	// report, and the gate answers "not served" (unless the node is
@@ -199,16 +200,75 @@ func (n *Node) doSetANA(ctx context.Context, a cluster.SetANA) {
 			}
 			return
 		}
-		if _, ok := n.owns(ctx, a.Array, s.epoch); !ok {
-			n.log.Warn("refusing optimized ANA state: the store names another owner", "array", a.Array)
-			return
-		}
-		if err := s.setANA(nvme.ANAOptimized); err != nil {
-			n.log.Warn("ANA change failed", "array", a.Array, "err", err)
-		}
+		n.optimizeLocked(ctx, s, s.epoch, false)
 		return
 	}
+	s.anaPending = 0
 	_ = s.setANA(nvme.ANAInaccessible)
+}
+
+// optimizeLocked carries out an order to make the array's paths here
+// optimized at epoch (s.mu held), once the store confirms this node owns
+// the array at that epoch. When the store cannot be read (a cut, an
+// election) or the hosts' reservations cannot be loaded, the order is
+// kept (s.anaPending) and carried out by retryANA once the store
+// answers: dropped, it left the array inaccessible on the owner of
+// record after the cut, and nobody ordered it again, since the
+// coordinator had seen it assembled (docs/RELIABILITY.md known problem
+// 10). A store that names another owner or epoch ends the order, as do a
+// stop, a newer epoch, a self-fence and a failure of the array here.
+func (n *Node) optimizeLocked(ctx context.Context, s *served, epoch uint64, retry bool) {
+	keep := func(why string, err error) {
+		if s.anaPending != epoch {
+			n.log.Warn("optimized ANA state deferred: "+why+"; retrying until the store answers", "array", s.cfg.Name, "epoch", epoch, "err", err)
+		}
+		s.anaPending = epoch
+	}
+	s.anaPending = 0
+	if s.array == nil || s.epoch != epoch || n.isFenced() || s.arrayFailed() {
+		return
+	}
+	own, err := n.readOwnership(ctx, s.cfg.Name)
+	if err != nil {
+		keep("the store cannot confirm ownership now", err)
+		return
+	}
+	if own.Owner != n.me.Name || own.Epoch != epoch {
+		n.log.Warn("refusing optimized ANA state: the store names another owner", "array", s.cfg.Name, "owner", orNobody(own.Owner), "owner_epoch", own.Epoch, "epoch", epoch)
+		return
+	}
+	if err := s.setANA(nvme.ANAOptimized); err != nil {
+		if n.isFenced() || s.arrayFailed() {
+			n.log.Warn("ANA change failed", "array", s.cfg.Name, "err", err)
+			return
+		}
+		keep("the ANA change failed", err)
+		return
+	}
+	if retry {
+		n.log.Info("optimized ANA state set after the store answered again", "array", s.cfg.Name, "epoch", epoch)
+	}
+}
+
+// readOwnership reads the array's ownership record, bounded by apiTimeout.
+func (n *Node) readOwnership(ctx context.Context, array string) (store.Ownership, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	return n.st.Ownership(ctx, array)
+}
+
+// retryANA carries out the optimized ANA orders kept by optimizeLocked
+// (housekeeping, every tick). It skips an array whose task lock is busy.
+func (n *Node) retryANA(ctx context.Context) {
+	for _, s := range n.servedAll() {
+		if !s.mu.TryLock() {
+			continue
+		}
+		if epoch := s.anaPending; epoch != 0 {
+			n.optimizeLocked(ctx, s, epoch, true)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // doRelease stops serving the array for a planned move. It is tied to the

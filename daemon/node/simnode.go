@@ -107,6 +107,10 @@ func (s *SimNode) LeaseLost(why string) {
 // RetryFailed is the housekeeping's re-assembly of failed arrays.
 func (s *SimNode) RetryFailed(ctx context.Context) { s.n.retryFailed(ctx) }
 
+// RetryANA is the housekeeping's retry of optimized ANA orders that the
+// store could not confirm when they came.
+func (s *SimNode) RetryANA(ctx context.Context) { s.n.retryANA(ctx) }
+
 // FlushReports is the housekeeping's delivery of reports the store did not
 // take (outbox.go); it returns how many still wait.
 func (s *SimNode) FlushReports() int {

@@ -346,6 +346,7 @@ func (w *world) step(workload bool) {
 			w.keepAlive(n)
 		}
 		n.sn.FlushReports()
+		n.sn.RetryANA(ctx)
 		if w.tick%5 == 0 {
 			n.sn.RetryFailed(ctx)
 		}
