@@ -218,8 +218,9 @@ func (n *Node) doSetANA(ctx context.Context, a cluster.SetANA) {
 // 10). A store that names another owner or epoch ends the order, as do a
 // stop, a newer epoch, a self-fence and a failure of the array here.
 func (n *Node) optimizeLocked(ctx context.Context, s *served, epoch uint64, retry bool) {
+	kept := s.anaPending == epoch // logged already
 	keep := func(why string, err error) {
-		if s.anaPending != epoch {
+		if !kept {
 			n.log.Warn("optimized ANA state deferred: "+why+"; retrying until the store answers", "array", s.cfg.Name, "epoch", epoch, "err", err)
 		}
 		s.anaPending = epoch
