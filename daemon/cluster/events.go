@@ -166,8 +166,13 @@ type RepairFailed struct {
 	Reason        string
 }
 
-// MemberFailed: the owner saw Member's drive fail (media error, removed).
-type MemberFailed struct{ Array, Member string }
+// MemberFailed: the owner saw Member's drive fail (media error, write
+// fault, removed), or the operator failed it. Epoch is the owner's (0:
+// the operator's word, not checked); a superseded owner's is dropped.
+type MemberFailed struct {
+	Array, Member string
+	Epoch         uint64
+}
 
 // DriveReplaced: a failed drive was replaced in the same slot (same ID).
 type DriveReplaced struct{ Drive string }

@@ -40,8 +40,8 @@ func (m *Machine) stepRepair(ev Event) error {
 	case RepairFailed:
 		return m.repairFailed(e)
 	case MemberFailed:
-		mb, err := m.member(e.Array, e.Member)
-		if err != nil {
+		_, mb, err := m.repairReport(e.Array, e.Member, e.Epoch)
+		if mb == nil {
 			return err
 		}
 		if mb.state != MemberDriveFailed {

@@ -221,6 +221,22 @@ func (s *served) onEvent(ev raid.Event) {
 		})
 	case raid.MemberFailed:
 		s.n.log.Warn("member failed", "array", s.cfg.Name, "member", member, "reason", ev.Reason)
+		if member != "" && !ev.Missing && !ev.WithArray {
+			// Refused by its drive (a media error, a write fault) or
+			// failed by the operator: the drive is to be replaced. The
+			// coordinator holds it failed, the array degraded, until it
+			// is (the owner never re-adds it: readdMissingLocked). It
+			// used to hear only of the operator's failures: a drive
+			// failed by its errors left the array "optimal" in every
+			// view, nothing replaced it, and a second fault lost the
+			// array (nemesis seed 1515020). A member unreachable is
+			// taken back under a resync once it answers; one that left
+			// as the array failed is as current as the survivors.
+			epoch := s.runEpoch.Load()
+			s.n.goBG(func() {
+				s.n.sendReport(report{Kind: "member-failed", Array: s.cfg.Name, Node: s.n.me.Name, Member: member, Epoch: epoch})
+			})
+		}
 	case raid.ArrayFailed:
 		// More members lost than the parity: stop serving at once with the
 		// reason (gate first, from this goroutine; it takes no lock), then

@@ -65,7 +65,7 @@ func (r report) event() (cluster.Event, error) {
 	case "progress":
 		return cluster.RebuildProgress{Array: r.Array, Member: r.Member, Percent: r.Percent, Epoch: r.Epoch}, nil
 	case "member-failed":
-		return cluster.MemberFailed{Array: r.Array, Member: r.Member}, nil
+		return cluster.MemberFailed{Array: r.Array, Member: r.Member, Epoch: r.Epoch}, nil
 	case "drain":
 		return cluster.DrainRequested{Node: r.Node}, nil
 	case "undrain":

@@ -250,7 +250,10 @@ func (a *Array) recordFailure(m *member, reason string, missing bool) error {
 	} else {
 		a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", reason)
 	}
-	a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: reason})
+	a.mu.Lock()
+	with := m.withArray
+	a.mu.Unlock()
+	a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: reason, Missing: missing, WithArray: with})
 	if !a.checkDead() {
 		a.emit(Event{Kind: Degraded, Member: m.role, Reason: reason})
 		if n := a.unavailableStripes(); n > 0 {

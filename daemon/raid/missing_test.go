@@ -64,6 +64,9 @@ func TestUnreachableMemberTakenBackAtAssembly(t *testing.T) {
 	if st.State != "degraded" || st.Members[3].State != "missing" || !strings.Contains(st.Members[3].Reason, "timeout") {
 		t.Errorf("after member 3 timed out: state %q, member 3 %+v; want degraded with member 3 missing (timeout), not failed", st.State, st.Members[3])
 	}
+	if e, ok := ev.last(MemberFailed); !ok || e.Member != 3 || !e.Missing {
+		t.Errorf("MemberFailed event after member 3 timed out: %+v (found %v), want member 3 with Missing set", e, ok)
+	}
 	randomWrites(t, a, rng, model, 12)
 
 	// Then member 2's node is killed: a read of its chunk finds it gone,
@@ -161,9 +164,10 @@ func syncedChunkOn(a *Array, r, also int) int64 {
 // A device error (the drive itself refused a request) still fails the
 // member: it is rejected as stale at assembly, not taken back.
 func TestDeviceErrorFailsMember(t *testing.T) {
+	ev := &events{}
 	ms := newMems(4, 4<<20)
 	fs := faults(ms)
-	a := mustCreate(t, devs(fs), testCfg(RAID5, nil))
+	a := mustCreate(t, devs(fs), testCfg(RAID5, ev))
 	rng := rand.New(rand.NewSource(5))
 	model := randBuf(rng, int(a.Size()))
 	mustWrite(t, a, 0, model)
@@ -171,6 +175,10 @@ func TestDeviceErrorFailsMember(t *testing.T) {
 	randomWrites(t, a, rng, model, 8)
 	if st := a.Status(); st.Members[1].State != "failed" {
 		t.Fatalf("member 1 after a media error: %+v, want failed", st.Members[1])
+	}
+	// The daemon tells the coordinator a drive to replace by this event.
+	if e, ok := ev.last(MemberFailed); !ok || e.Member != 1 || e.Missing {
+		t.Errorf("MemberFailed event after a media error: %+v (found %v), want member 1 without Missing", e, ok)
 	}
 	fs[1].ClearRules()
 	a.Abort()

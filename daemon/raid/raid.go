@@ -253,6 +253,15 @@ type Event struct {
 	Time   time.Time
 	Member int    // role index, -1 when not about one member
 	Reason string // why (failure, rejection, mismatch details)
+	// Missing (MemberFailed): the member could not be reached (a
+	// timeout, a lost path), not refused by its device; it is taken
+	// back under a resync once it answers. A member failed by its
+	// device or by FailMember is to be replaced.
+	Missing bool
+	// WithArray (MemberFailed): the member left as the array failed
+	// (more members gone than its parity): nothing was acknowledged
+	// after it left, so its data is as current as the survivors'.
+	WithArray bool
 	// Progress of background work, in bytes of member data area.
 	Done, Total int64
 	Rate        float64 // bytes per second

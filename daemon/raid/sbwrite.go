@@ -76,16 +76,17 @@ func (a *Array) writeSuperblocks() error {
 			return nil
 		}
 		var newly []*member
+		var newlyMissing, newlyWith []bool
 		a.mu.Lock()
 		for i, m := range failed {
 			if a.markFailedLocked(m, why[i], unreach[i]) {
-				newly = append(newly, m)
+				newly, newlyMissing, newlyWith = append(newly, m), append(newlyMissing, unreach[i]), append(newlyWith, m.withArray)
 			}
 		}
 		a.mu.Unlock()
-		for _, m := range newly {
+		for i, m := range newly {
 			a.log.Warn("raid member failed", "uuid", fmtUUID(a.uuid), "member", m.role, "reason", m.reason)
-			a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: m.reason})
+			a.emit(Event{Kind: MemberFailed, Member: m.role, Reason: m.reason, Missing: newlyMissing[i], WithArray: newlyWith[i]})
 		}
 		if !a.checkDead() && len(newly) > 0 {
 			a.emit(Event{Kind: Degraded, Member: newly[0].role, Reason: "superblock write failed"})
