@@ -160,3 +160,34 @@ func TestResyncDoneOfAStaleMemberCounts(t *testing.T) {
 		t.Fatalf("no failback of b after the owner reported B1 in sync: %s", actionList(acts))
 	}
 }
+
+// TestMemberFailedFromASupersededOwnerIsDropped: the owner reports a
+// drive its array's engine failed (a media error) under its epoch; the
+// report of an owner superseded since (it ran b under epoch 1, A runs
+// it under 2) changes nothing, the current owner's holds the drive
+// failed, and the operator's (epoch 0) is taken as before.
+func TestMemberFailedFromASupersededOwnerIsDropped(t *testing.T) {
+	m := movedMachine(t)
+	state := func(drive string) MemberState {
+		a, _ := m.Array("b")
+		for _, mb := range a.Members {
+			if mb.Drive == drive {
+				return mb.State
+			}
+		}
+		t.Fatalf("no member %s in b", drive)
+		return ""
+	}
+	mustStep(t, m, MemberFailed{Array: "b", Member: "C1", Epoch: 1})
+	if st := state("C1"); st != MemberOK {
+		t.Fatalf("C1 after a superseded owner's report: %q, want %q", st, MemberOK)
+	}
+	mustStep(t, m, MemberFailed{Array: "b", Member: "C1", Epoch: 2})
+	if st := state("C1"); st != MemberDriveFailed {
+		t.Fatalf("C1 after its owner's report: %q, want %q", st, MemberDriveFailed)
+	}
+	mustStep(t, m, MemberFailed{Array: "b", Member: "D1"})
+	if st := state("D1"); st != MemberDriveFailed {
+		t.Fatalf("D1 after the operator's word: %q, want %q", st, MemberDriveFailed)
+	}
+}
