@@ -153,8 +153,18 @@ func (s *served) assembleLocked(ctx context.Context, epoch uint64, degraded []st
 		// gate was opened above; close it again (ANA stays inaccessible).
 		s.gate.block(n.fenceErr())
 	}
-	// Members refused as stale come back through a delta resync.
+	// Members refused as stale come back through a delta resync, but for
+	// a drive the coordinator holds failed (its errors, or the
+	// operator's word): it is replaced and rebuilt in full, as
+	// readdMissingLocked leaves it. Taken back here, it ran in sync
+	// while every view held it failed, and the array's next loss was
+	// counted as a second one (sim seed 502924: unserved for good).
+	failed := s.drivesHeldFailed(ctx)
 	for _, r := range rejected {
+		if r.Slot >= 0 && r.Slot < len(devs) && failed[s.cfg.Members[r.Slot]] {
+			n.log.Info("member refused as stale at assembly left out: the coordinator holds its drive failed, to be replaced", "array", s.cfg.Name, "member", s.cfg.Members[r.Slot])
+			continue
+		}
 		if r.Slot >= 0 && r.Slot < len(devs) && errors.Is(r.Err, raid.ErrStale) && devs[r.Slot] != nil {
 			if err := arr.ReAdd(r.Slot, devs[r.Slot]); err == nil {
 				s.pending[r.Slot] = "resync"
@@ -229,4 +239,24 @@ func (n *Node) retryFailed(ctx context.Context) {
 			n.recordEvent("array-recovered", s.cfg.Name, epoch, "re-assembled from its members after: "+why)
 		}()
 	}
+}
+
+// drivesHeldFailed names the members of s whose drive the coordinator
+// holds failed (awaiting replacement); none when the view is unreadable.
+func (s *served) drivesHeldFailed(ctx context.Context) map[string]bool {
+	out := map[string]bool{}
+	v, err := s.n.view(ctx)
+	if err != nil {
+		return out
+	}
+	for _, av := range v.Arrays {
+		if av.Name == s.cfg.Name {
+			for _, mv := range av.Members {
+				if mv.State == cluster.MemberDriveFailed {
+					out[mv.Drive] = true
+				}
+			}
+		}
+	}
+	return out
 }

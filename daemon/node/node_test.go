@@ -108,7 +108,7 @@ func TestReportsBecomeEvents(t *testing.T) {
 		"resync-done":     cluster.ResyncDone{Array: "a", Member: "C1", Epoch: 3},
 		"rebuild-done":    cluster.RebuildDone{Array: "a", Member: "C1", Epoch: 3},
 		"progress":        cluster.RebuildProgress{Array: "a", Member: "C1", Percent: 40, Epoch: 3},
-		"member-failed":   cluster.MemberFailed{Array: "a", Member: "C1"},
+		"member-failed":   cluster.MemberFailed{Array: "a", Member: "C1", Epoch: 3},
 		"drain":           cluster.DrainRequested{Node: "B"},
 		"undrain":         cluster.UndrainRequested{Node: "B"},
 		"failback":        cluster.FailbackRequested{Array: "a"},

@@ -164,3 +164,53 @@ func TestMissingMemberReaddedWhenItAnswers(t *testing.T) {
 		}
 	}
 }
+
+// A drive that refuses writes (a media error) fails its member in the
+// running array, and the owner tells the coordinator, which holds the
+// drive failed (the array degraded) until it is replaced. It used to
+// hear only of the operator's failures: the array stayed "optimal" in
+// every view with a member failed, nothing replaced the drive, and a
+// second fault (a node killed) lost the array (nemesis seed 1515020).
+// A member that is only unreachable is not reported: the owner takes it
+// back under a resync (TestMissingMemberReaddedWhenItAnswers).
+func TestDeviceErrorReportsMemberFailed(t *testing.T) {
+	s := newTestSite(t)
+	x := startX(t, s)
+	s.reports()
+	s.holds["D1"].failing.Store(true)
+	data := bytes.Repeat([]byte{0x7e}, 64<<10)
+	if _, err := x.gate.WriteAtFUA(data, 0); err != nil {
+		t.Fatalf("write with D1 refusing writes (RAID-5 runs degraded): %v", err)
+	}
+	i := x.role("D1")
+	if st := x.array.Status(); st.Members[i].State != "failed" {
+		t.Fatalf("D1 after its media error: %+v, want failed", st.Members[i])
+	}
+	var got []report
+	found := false
+	for deadline := time.Now().Add(repairTakes); !found; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no member-failed report for D1 within %s; reports: %+v", repairTakes, got)
+		}
+		for _, r := range s.reports() {
+			got = append(got, r)
+			if r.Kind == "member-failed" {
+				// The owner's epoch: the coordinator drops a superseded
+				// owner's.
+				if r != (report{Kind: "member-failed", Array: "x", Node: "A", Member: "D1", Epoch: 1}) {
+					t.Errorf("member-failed report %+v, want D1 of x from A at epoch 1", r)
+				}
+				found = true
+			}
+		}
+	}
+	ev, err := report{Kind: "member-failed", Array: "x", Node: "A", Member: "D1", Epoch: 1}.event()
+	if err != nil || ev != (cluster.MemberFailed{Array: "x", Member: "D1", Epoch: 1}) {
+		t.Fatalf("member-failed report as an event: %+v, %v", ev, err)
+	}
+	s.holds["D1"].failing.Store(false)
+	back := make([]byte, len(data))
+	if _, err := x.gate.ReadAt(back, 0); err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("degraded read of the write: %v", err)
+	}
+}

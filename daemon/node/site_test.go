@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +44,23 @@ type holdDev struct {
 	mu      sync.Mutex
 	held    chan struct{} // non-nil: reads wait until it is closed
 	entered chan struct{} // receives once per read that waits
+	failing atomic.Bool   // writes fail with a media error
+}
+
+// WriteAt and WriteAtFUA fail, as a drive's media error, while failing
+// is set.
+func (d *holdDev) WriteAt(p []byte, off int64) (int, error) {
+	if d.failing.Load() {
+		return 0, fmt.Errorf("test drive: injected media error: %w", blockdev.ErrIO)
+	}
+	return d.Mem.WriteAt(p, off)
+}
+
+func (d *holdDev) WriteAtFUA(p []byte, off int64) (int, error) {
+	if d.failing.Load() {
+		return 0, fmt.Errorf("test drive: injected media error: %w", blockdev.ErrIO)
+	}
+	return d.Mem.WriteAtFUA(p, off)
 }
 
 func (d *holdDev) hold() {
