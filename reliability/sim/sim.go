@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -172,6 +173,8 @@ type world struct {
 	gen      uint64
 	timeline []string
 	viol     []string
+	// lastView is the machine's view last published (publishView).
+	lastView string
 }
 
 func (w *world) now() string { return fmt.Sprintf("t=%d(%s)", w.tick, time.Duration(w.tick)*Tick) }
@@ -460,6 +463,27 @@ func (w *world) coordinate(ctx context.Context) {
 		}
 	}
 	w.dispatch()
+	w.publishView(ctx)
+}
+
+// publishView writes the machine's view where the nodes read it, as
+// daemon/node's coordinator does when its decisions change: an owner
+// leaves out of its re-adds the drives the coordinator holds failed.
+func (w *world) publishView(ctx context.Context) {
+	v := struct {
+		Coordinator string              `json:"coordinator"`
+		Time        time.Time           `json:"time"`
+		Nodes       []cluster.NodeView  `json:"nodes"`
+		Arrays      []cluster.ArrayView `json:"arrays"`
+	}{Coordinator: "coordinator", Time: w.clk.Now(), Nodes: w.m.Nodes(), Arrays: w.m.Arrays()}
+	b, _ := json.Marshal([]any{v.Nodes, v.Arrays})
+	if string(b) == w.lastView {
+		return
+	}
+	if _, err := w.coord.Put(ctx, store.Observed, "cluster", "view", v); err != nil {
+		panic(err) // the coordinator's view is never cut
+	}
+	w.lastView = string(b)
 }
 
 func (w *world) coordinateReports() {

@@ -395,3 +395,16 @@ func TestSimStaleLogOfReturnedMember(t *testing.T) {
 		}
 	}
 }
+
+// Known problem 11: a drive failed by its errors is reported to the
+// coordinator, which holds it failed until it is replaced. Three drives
+// fail in turn, each for a while: E (reported), then D while E is out
+// (the array fails with D, which is as current as C), then C. The owner
+// must not take E back at a re-assembly (it is rejected as stale there,
+// and was re-added under a resync): the engine then ran E in sync while
+// the coordinator held it failed, so C's failure counted as a second
+// loss and no node served the array for good. With E left out, the array
+// serves from C and D once C's drive answers again.
+func TestSimDriveHeldFailedLeftOutAtAssembly(t *testing.T) {
+	powerSeed(t, 502924, "drivefail E at 24 for 6\ndrivefail D at 27 for 8\ndrivefail C at 37 for 12")
+}
