@@ -566,6 +566,19 @@ func (e *env) waitHealthy(ctx context.Context, bound time.Duration) (time.Durati
 			if h, bad := campaign.Healthy(as); !h || len(as) != len(e.names) {
 				ok = false
 				last = append(last, fmt.Sprintf("node %s sees %v%s", n.Name, bad, whyStuck(as)))
+				continue
+			}
+			if i == 0 {
+				// The owners' own word too: each array's RAID engine
+				// optimal, published since this wait began. A view can
+				// lag its engine (a member failed or missing there that
+				// the coordinator has not heard of, a resync still
+				// running), and a run that starts then loses the array
+				// to its next fault (nemesis seed 1515020).
+				if bad := e.enginesNotOptimal(ctx, cl, as, start); len(bad) > 0 {
+					ok = false
+					last = append(last, fmt.Sprintf("owners report %v", bad))
+				}
 			}
 		}
 		if ok {
@@ -580,6 +593,39 @@ func (e *env) waitHealthy(ctx context.Context, bound time.Duration) (time.Durati
 		}
 		sleep(ctx, time.Second)
 	}
+}
+
+// enginesNotOptimal names the arrays of as whose owner has not published,
+// since since, its RAID engine optimal and serving at the array's epoch
+// (the owner reports of the API's status, read through cl).
+func (e *env) enginesNotOptimal(ctx context.Context, cl *api.Client, as []api.Array, since time.Time) []string {
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := cl.Status(actx)
+	if err != nil {
+		return []string{fmt.Sprintf("status: %v", err)}
+	}
+	var bad []string
+	for _, a := range as {
+		found := false
+		for _, o := range st.Owners {
+			if o.Array != a.Name {
+				continue
+			}
+			found = true
+			if o.Owner != a.Owner || o.Epoch != a.Epoch || o.State != "optimal" || !o.Serving || o.Time.Before(since) {
+				why := o.State
+				if o.Reason != "" {
+					why += " (" + o.Reason + ")"
+				}
+				bad = append(bad, fmt.Sprintf("%s: %s on %s at epoch %d, serving %v, at %s", a.Name, why, o.Owner, o.Epoch, o.Serving, o.Time.Format("15:04:05.000")))
+			}
+		}
+		if !found {
+			bad = append(bad, a.Name+": no report from its owner")
+		}
+	}
+	return bad
 }
 
 // whyStuck names, for each array not active and optimal, the last action
