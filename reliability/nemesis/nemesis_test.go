@@ -337,6 +337,12 @@ func TestRecoveryAsksEveryNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Path == "/v1/status" {
+				// The owner's report: its RAID engine optimal, now.
+				_, _ = fmt.Fprintf(w, `{"owners":[{"array":"a","owner":"B","serving":true,"state":"optimal","time":%q}]}`, time.Now().Format(time.RFC3339Nano))
+				return
+			}
 			mu.Lock()
 			asked[name]++
 			n := asked[name]
